@@ -1,0 +1,34 @@
+"""Program names → classes, with a helpful error for typos."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from ambiqa.errors import ConfigError
+
+# name → "module:Class"; imported lazily so listing names costs nothing.
+PROGRAMS: dict[str, str] = {
+    "closed_book": "ambiqa.programs.closed_book:ClosedBook",
+    "vanilla_rag": "ambiqa.programs.vanilla_rag:VanillaRAG",
+}
+
+
+def program_class(name: str) -> type:
+    key = name.strip().lower().replace("-", "_")
+    target = PROGRAMS.get(key)
+    if target is None:
+        close = difflib.get_close_matches(key, PROGRAMS, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"choose one of {', '.join(PROGRAMS)}"
+        raise ConfigError(f"unknown program {name!r}", hint=hint)
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def build_program(name: str, retriever=None, **config):
+    """Instantiate a program by name; unknown config keys are an error, not ignored."""
+    cls = program_class(name)
+    try:
+        return cls(retriever=retriever, **config)
+    except TypeError as exc:
+        raise ConfigError(f"bad settings for program {name!r}: {exc}") from exc

@@ -1,0 +1,74 @@
+"""Steps shared by several programs (one module each, never copied into a program).
+
+* :class:`ClarifyStep` -- retrieval-augmented clarification: passages → DQ/DA pairs with a
+  cited passage (vanilla RAG, Diva's RAG path, ToC's tree nodes).
+* :class:`LongAnswerStep` -- the final ASQA paragraph from the interpretations and passages.
+* :class:`ClosedBookStep` -- the long answer with no passages (closed-book baseline, Diva's
+  Useless path).
+"""
+
+from __future__ import annotations
+
+import dspy
+
+from ambiqa.programs.base import format_pairs, format_passages, safe_step
+from ambiqa.signatures.answering import ClosedBookLongAnswer, WriteLongAnswer
+from ambiqa.signatures.disambiguation import ClarifyFromPassages
+from ambiqa.types import Interpretation, Passage
+
+
+def _clean(text: object) -> str:
+    return " ".join(str(text or "").split()).strip(" -*•")
+
+
+class ClarifyStep(dspy.Module):
+    """Ask the LM for DQ/DA pairs grounded in ``passages``; map cited numbers to passage ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clarify = dspy.Predict(ClarifyFromPassages)
+
+    def forward(self, question: str, passages: list[Passage]) -> list[Interpretation]:
+        pred = safe_step("clarify", lambda: self.clarify(
+            question=question, passages=format_passages(passages)), None)
+        if pred is None:
+            return []
+        pairs: list[Interpretation] = []
+        seen: set[tuple[str, str]] = set()
+        for item in pred.pairs or []:
+            q, a = _clean(getattr(item, "question", "")), _clean(getattr(item, "answer", ""))
+            if not q or not a:
+                continue
+            key = (q.lower(), a.lower())
+            if key in seen:
+                continue
+            seen.add(key)
+            n = getattr(item, "passage", 0) or 0
+            cited = [passages[n - 1].id] if isinstance(n, int) and 1 <= n <= len(passages) else []
+            pairs.append(Interpretation(question=q, answer=a, passages=cited))
+        return pairs
+
+
+class LongAnswerStep(dspy.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.write = dspy.Predict(WriteLongAnswer)
+
+    def forward(self, question: str, pairs: list[Interpretation],
+                passages: list[Passage]) -> str:
+        pred = safe_step("long_answer", lambda: self.write(
+            question=question, interpretations=format_pairs(pairs),
+            passages=format_passages(passages)), None)
+        if pred is None:  # degrade to the pairs themselves, which still carry the answers
+            return " ".join(f"{p.question} {p.answer}." for p in pairs)
+        return str(pred.long_answer or "").strip()
+
+
+class ClosedBookStep(dspy.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = dspy.Predict(ClosedBookLongAnswer)
+
+    def forward(self, question: str) -> str:
+        pred = safe_step("closed_book", lambda: self.answer(question=question), None)
+        return "" if pred is None else str(pred.long_answer or "").strip()

@@ -1,0 +1,272 @@
+"""Cost accounting: one place that records every LM and retriever call.
+
+Why a single recorder: the papers compare methods by LM calls, tokens and retrieval calls as
+much as by quality (Diva Fig. 1, ToC's cost discussion), so every program must report them the
+same way, whatever the LM backend. Records flow like this:
+
+* a DSPy callback (:class:`TraceCallback`, installed by :func:`ambiqa.lm.configure`) sees every
+  ``dspy.LM`` call, whichever engine serves it, and records tokens, latency, finish reason and
+  the signature of the predictor that made the call;
+* retrievers call :func:`record_retrieval` for every search;
+* programs mark degraded steps with :func:`record_event`.
+
+``with track() as t:`` collects every record made inside the block (and in worker threads
+started through :func:`ambiqa.parallel.run_parallel`, which copies the context), so a program
+call, an evaluation of one example or a whole compile can each be totalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dspy.utils.callback import BaseCallback
+
+
+@dataclass
+class CallRecord:
+    """One LM call, retriever call or degradation event."""
+
+    kind: str  # "lm" | "retrieval" | "event"
+    module: str = ""
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    finish_reason: str = ""
+    start: float = 0.0
+    end: float = 0.0
+    error: str = ""
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CostTrace:
+    """The records of one block of work, with totals.
+
+    ``critical_path_s`` is the length of the union of call intervals: with perfectly concurrent
+    independent calls it approaches the longest chain, with sequential calls it equals the sum.
+    """
+
+    records: list[CallRecord] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, record: CallRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+
+    # ---- totals -------------------------------------------------------------------------
+    @property
+    def lm_calls(self) -> int:
+        return sum(1 for r in self.records if r.kind == "lm")
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(r.input_tokens for r in self.records if r.kind == "lm")
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.records if r.kind == "lm")
+
+    @property
+    def retriever_calls(self) -> int:
+        return sum(1 for r in self.records if r.kind == "retrieval")
+
+    @property
+    def truncated_calls(self) -> int:
+        """LM replies cut at max_tokens; DSPy accepts them silently, so count them here."""
+        return sum(1 for r in self.records if r.kind == "lm" and r.finish_reason == "length")
+
+    @property
+    def lm_errors(self) -> int:
+        return sum(1 for r in self.records if r.kind == "lm" and r.error)
+
+    @property
+    def events(self) -> list[str]:
+        return [f"{r.module}: {r.detail}" for r in self.records if r.kind == "event"]
+
+    @property
+    def lm_latency_s(self) -> float:
+        return sum(r.latency_s for r in self.records if r.kind == "lm")
+
+    @property
+    def wall_s(self) -> float:
+        end = self.finished if self.finished is not None else time.perf_counter()
+        return end - self.started
+
+    @property
+    def critical_path_s(self) -> float:
+        spans = sorted((r.start, r.end) for r in self.records if r.kind != "event" and r.end > 0)
+        total, cur_start, cur_end = 0.0, None, None
+        for s, e in spans:
+            if cur_end is None or s > cur_end:
+                if cur_end is not None:
+                    total += cur_end - cur_start
+                cur_start, cur_end = s, e
+            else:
+                cur_end = max(cur_end, e)
+        if cur_end is not None:
+            total += cur_end - cur_start
+        return total
+
+    def by_module(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.records:
+            if r.kind == "lm":
+                counts[r.module] = counts.get(r.module, 0) + 1
+        return counts
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "lm_calls": self.lm_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "retriever_calls": self.retriever_calls,
+            "truncated_calls": self.truncated_calls,
+            "lm_errors": self.lm_errors,
+            "lm_latency_s": round(self.lm_latency_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "critical_path_s": round(self.critical_path_s, 3),
+            "calls_by_module": self.by_module(),
+            "events": self.events,
+        }
+
+
+# Active traces form a stack so nested blocks (a compile containing many program calls) each
+# see their own records.
+_ACTIVE: contextvars.ContextVar[tuple[CostTrace, ...]] = contextvars.ContextVar(
+    "ambiqa_active_traces", default=()
+)
+# The signature name of the predictor currently running, set by TraceCallback.
+_MODULE: contextvars.ContextVar[str] = contextvars.ContextVar("ambiqa_module", default="")
+
+
+@contextlib.contextmanager
+def track() -> Iterator[CostTrace]:
+    """Collect every call record made inside the block into a fresh :class:`CostTrace`."""
+    trace = CostTrace()
+    token = _ACTIVE.set(_ACTIVE.get() + (trace,))
+    try:
+        yield trace
+    finally:
+        trace.finished = time.perf_counter()
+        _ACTIVE.reset(token)
+
+
+def _emit(record: CallRecord) -> None:
+    for trace in _ACTIVE.get():
+        trace.add(record)
+
+
+def current_module() -> str:
+    return _MODULE.get()
+
+
+@contextlib.contextmanager
+def module_scope(name: str) -> Iterator[None]:
+    token = _MODULE.set(name)
+    try:
+        yield
+    finally:
+        _MODULE.reset(token)
+
+
+def record_retrieval(retriever: str, query: str, k: int, start: float, end: float) -> None:
+    _emit(CallRecord(kind="retrieval", module=retriever, latency_s=end - start, start=start,
+                     end=end, detail=f"k={k} q={query[:80]!r}"))
+
+
+def record_event(module: str, detail: str) -> None:
+    """Record a degradation (a step that failed and fell back) so reports can count it."""
+    now = time.perf_counter()
+    _emit(CallRecord(kind="event", module=module, detail=detail, start=now, end=now))
+
+
+def record_lm_call(record: CallRecord) -> None:
+    _emit(record)
+
+
+_LAST = threading.local()
+
+
+def note_finish_reason(reason: str) -> None:
+    """Engines that know the finish reason (ours does) leave it here for the callback."""
+    _LAST.finish = reason
+
+
+class UsageTap:
+    """Stands in DSPy's ``usage_tracker`` slot to see each call's token usage.
+
+    DSPy reports usage to ``settings.usage_tracker.add_usage(model, usage)`` in the calling
+    thread right before the LM call returns (and not at all for cache hits, which cost
+    nothing); the tap parks it in a thread-local that :meth:`TraceCallback.on_lm_end` reads.
+    """
+
+    def add_usage(self, model: str, usage: dict[str, Any]) -> None:
+        usage = dict(usage or {})
+        tin = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
+        tout = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
+        _LAST.usage = (int(tin), int(tout))
+
+    def __deepcopy__(self, memo: dict) -> UsageTap:  # DSPy's parallelizer deep-copies trackers
+        return self
+
+
+def _take_last() -> tuple[int, int, str]:
+    tin, tout = getattr(_LAST, "usage", (0, 0))
+    finish = getattr(_LAST, "finish", "")
+    _LAST.usage, _LAST.finish = (0, 0), ""
+    return tin, tout, finish
+
+
+class TraceCallback(BaseCallback):
+    """DSPy callback that feeds :mod:`ambiqa.tracing` from every predictor and LM call."""
+
+    def __init__(self) -> None:
+        self._starts: dict[str, tuple[float, str, contextvars.Token | None]] = {}
+        self._module_tokens: dict[str, contextvars.Token] = {}
+        self._lock = threading.Lock()
+
+    # predictor scope ------------------------------------------------------------------------
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        signature = getattr(instance, "signature", None)
+        if signature is not None and hasattr(instance, "demos"):
+            token = _MODULE.set(getattr(signature, "__name__", type(instance).__name__))
+            with self._lock:
+                self._module_tokens[call_id] = token
+
+    def on_module_end(self, call_id: str, outputs: Any, exception: BaseException | None = None):
+        with self._lock:
+            token = self._module_tokens.pop(call_id, None)
+        if token is not None:
+            try:
+                _MODULE.reset(token)
+            except ValueError:  # reset from another context: nothing to undo there
+                pass
+
+    # LM calls -------------------------------------------------------------------------------
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        _take_last()
+        with self._lock:
+            self._starts[call_id] = (time.perf_counter(), getattr(instance, "model", ""), None)
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None):
+        end = time.perf_counter()
+        with self._lock:
+            start, model, _ = self._starts.pop(call_id, (end, "", None))
+        tin, tout, finish = _take_last()
+        record_lm_call(CallRecord(
+            kind="lm", module=_MODULE.get() or "direct", model=str(model), input_tokens=tin,
+            output_tokens=tout, latency_s=end - start, finish_reason=finish, start=start, end=end,
+            error=type(exception).__name__ if exception is not None else "",
+        ))
