@@ -42,14 +42,22 @@ def check_question(question: object) -> str:
     return text
 
 
-def format_passages(passages: list[Passage]) -> list[str]:
-    """Number passages from 1, the way signatures cite them (``[3] Title: text``)."""
-    return [f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}"
-            for i, p in enumerate(passages, start=1)]
+def format_passages(passages: list[Passage]) -> str:
+    """Number passages from 1, one per line, the way signatures cite them.
+
+    Plain numbered text rather than a JSON list: small models read it more reliably, and an
+    exported prompt stays readable.
+    """
+    if not passages:
+        return "(no passages)"
+    return "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}"
+                     for i, p in enumerate(passages, start=1))
 
 
-def format_pairs(pairs: list[Interpretation]) -> list[str]:
-    return [f"{p.question} -> {p.answer}" for p in pairs]
+def format_pairs(pairs: list[Interpretation]) -> str:
+    if not pairs:
+        return "(none found)"
+    return "\n".join(f"- {p.question} -> {p.answer}" for p in pairs)
 
 
 class AmbiqaProgram(dspy.Module):

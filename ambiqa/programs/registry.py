@@ -11,6 +11,13 @@ from ambiqa.errors import ConfigError
 PROGRAMS: dict[str, str] = {
     "closed_book": "ambiqa.programs.closed_book:ClosedBook",
     "vanilla_rag": "ambiqa.programs.vanilla_rag:VanillaRAG",
+    "query_refinement": "ambiqa.programs.query_refinement:QueryRefinementClosedBook",
+    "diva": "ambiqa.programs.diva:Diva",
+    "toc": "ambiqa.programs.toc:TreeOfClarifications",
+    "verdict": "ambiqa.programs.verdict:VerDICt",
+    "resp": "ambiqa.programs.resp:ReSP",
+    "ircot": "ambiqa.programs.ircot:IRCoT",
+    "eor": "ambiqa.programs.eor:EoR",
 }
 
 

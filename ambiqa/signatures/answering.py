@@ -17,9 +17,9 @@ class WriteLongAnswer(dspy.Signature):
     the time, the place, the version). Use only facts from the interpretations and passages."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
-    interpretations: list[str] = dspy.InputField(
+    interpretations: str = dspy.InputField(
         desc="disambiguated questions with their answers, one per line")
-    passages: list[str] = dspy.InputField(desc="numbered evidence passages")
+    passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
     long_answer: str = dspy.OutputField(desc="a single paragraph covering every interpretation")
 
 

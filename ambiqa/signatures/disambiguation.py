@@ -16,6 +16,6 @@ class ClarifyFromPassages(dspy.Signature):
     of that passage. If the question is not ambiguous, return it once with its answer."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
-    passages: list[str] = dspy.InputField(desc="numbered evidence passages")
+    passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
     pairs: list[QAPair] = dspy.OutputField(
         desc="disambiguated questions, each with its short answer and passage number")

