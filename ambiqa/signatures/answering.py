@@ -31,3 +31,50 @@ class ClosedBookLongAnswer(dspy.Signature):
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     long_answer: str = dspy.OutputField(desc="a single paragraph covering each meaning")
+
+
+# ---- short answers for multi-hop questions (ReSP's generator, IRCoT-style reader) -----------
+
+
+class AnswerFromMemories(dspy.Signature):
+    """Answer a multi-hop question in a few words from the notes gathered while searching.
+
+    Use the evidence notes and the answered sub-questions together. Reply with the answer
+    alone (a name, date, number, yes/no or short phrase): no full sentence, no explanation."""
+
+    question: str = dspy.InputField(desc="the main question")
+    global_evidence: str = dspy.InputField(desc="evidence notes collected, one per round")
+    local_pathway: str = dspy.InputField(
+        desc="sub-questions that were searched, each with the answer found")
+    answer: str = dspy.OutputField(desc="the short answer, a few words")
+
+
+class AnswerFromReasoning(dspy.Signature):
+    """Answer a multi-hop question in a few words, reading the passages and the chain of
+    reasoning written for it.
+
+    Reply with the answer alone (a name, date, number, yes/no or short phrase): no full
+    sentence, no explanation."""
+
+    question: str = dspy.InputField(desc="the multi-hop question")
+    passages: str = dspy.InputField(desc="numbered passages retrieved while reasoning")
+    reasoning: str = dspy.InputField(desc="the reasoning sentences, one per line")
+    answer: str = dspy.OutputField(desc="the short answer, a few words")
+
+
+class ShortAnswer(dspy.Signature):
+    """Answer the question with a short phrase of one to a few words (a name, date, number or
+    place), not a sentence. Take the passages as true when they are given; when the passages
+    field says there are none, answer from what you know."""
+
+    question: str = dspy.InputField(desc="a factual question")
+    passages: str = dspy.InputField(desc="numbered evidence passages, or '(no passages)'")
+    answer: str = dspy.OutputField(desc="the answer in a few words, no explanation")
+
+
+class BackgroundDocument(dspy.Signature):
+    """Write a short background paragraph, from your own knowledge, that contains the facts
+    needed to answer the question. Do not ask for documents; state what you know."""
+
+    question: str = dspy.InputField(desc="a factual question")
+    background: str = dspy.OutputField(desc="one informative paragraph about the question's topic")

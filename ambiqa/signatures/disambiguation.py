@@ -19,3 +19,50 @@ class ClarifyFromPassages(dspy.Signature):
     passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
     pairs: list[QAPair] = dspy.OutputField(
         desc="disambiguated questions, each with its short answer and passage number")
+
+
+class PseudoInterpretations(dspy.Signature):
+    """Rewrite an ambiguous question into the specific questions it could stand for, guided
+    by what is known to be ambiguous about it.
+
+    Write one question per reading that the reason points to. Each rewrite keeps the rest of
+    the original question, changes only what resolves the ambiguity (who, which one, what
+    sense, when, where), is a complete question with a single answer, and differs from the
+    other rewrites. Do not answer the questions."""
+
+    question: str = dspy.InputField(desc="the original, ambiguous question")
+    ambiguity_type: str = dspy.InputField(
+        desc="the kind of ambiguity: AmbSub, AmbObj, AmbPred, AmbTime or AmbLoc")
+    reason: str = dspy.InputField(desc="why the question is ambiguous and which readings exist")
+    interpretations: list[str] = dspy.OutputField(
+        desc="the specific rewritten questions, one per reading")
+
+
+class RelaxQuery(dspy.Signature):
+    """Turn a possibly ambiguous question into one broad search query that would find
+    passages about every way the question could be read.
+
+    Keep the main entity and topic words. Leave out details that would narrow the search to a
+    single reading (one year, one version, one person), and add no facts of your own."""
+
+    question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    relaxed_query: str = dspy.OutputField(desc="a short keyword-style search query")
+
+
+class InterpretFromPassage(dspy.Signature):
+    """Read one passage and decide whether it answers some specific reading of a possibly
+    ambiguous question.
+
+    If it does, rewrite the question into the one specific reading this passage answers best:
+    a complete question that stands on its own, keeps the intent of the original, and names
+    the person, thing, time or place that makes it unambiguous (never refer to "the passage"
+    or "the text"). Answer it in a few words, using only what the passage states, not your own
+    knowledge. If the passage is off topic or does not fully answer any reading, set abstain
+    to True and write "none" for the interpretation and the answer."""
+
+    question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    passage: str = dspy.InputField(desc="one evidence passage")
+    abstain: bool = dspy.OutputField(desc="True if the passage answers no reading of the question")
+    interpretation: str = dspy.OutputField(
+        desc="the specific question this passage answers, or none")
+    answer: str = dspy.OutputField(desc="a short answer taken from the passage, or none")

@@ -1,0 +1,97 @@
+"""Labeled demonstrations built from training data, per signature.
+
+DSPy's LabeledFewShot copies raw training examples into every predictor. That works when the
+examples' fields are the predictor's fields; ambiqa's predictors read passages and write
+DQ/DA pairs, which raw ASQA rows do not hold in that form. So each signature that can be
+labeled from gold data gets a converter here, and :func:`labeled_demos` returns, per
+signature name, a list of ``dspy.Example`` with exactly that signature's fields.
+
+Gold sources: ASQA's qa_pairs (disambiguated questions with short answers), its annotators'
+long answers and knowledge passages (train split only — callers enforce that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dspy
+
+from ambiqa.programs.base import format_pairs, format_passages
+from ambiqa.signatures.common import QAPair
+from ambiqa.types import Interpretation, Passage
+
+
+def _gold_passages(ex: Any) -> list[Passage]:
+    out = []
+    for i, p in enumerate(getattr(ex, "gold_passages", None) or []):
+        if isinstance(p, dict):
+            out.append(Passage(str(p.get("id", f"g{i}")), str(p.get("title", "")),
+                               str(p.get("text", ""))))
+        elif isinstance(p, Passage):
+            out.append(p)
+        else:
+            out.append(Passage(f"g{i}", "", str(p)))
+    return [p for p in out if p.text.strip()][:5]
+
+
+def _pairs(ex: Any) -> list[tuple[str, str]]:
+    pairs = []
+    for qa in getattr(ex, "qa_pairs", None) or []:
+        answers = qa.get("short_answers") or qa.get("answers") or []
+        if qa.get("question") and answers:
+            pairs.append((str(qa["question"]), str(answers[0])))
+    return pairs
+
+
+def _cite(answer: str, passages: list[Passage]) -> int:
+    low = answer.lower()
+    for i, p in enumerate(passages, start=1):
+        if low in p.text.lower():
+            return i
+    return 0
+
+
+def clarify_demo(ex: Any) -> dspy.Example | None:
+    passages, pairs = _gold_passages(ex), _pairs(ex)
+    if not passages or not pairs:
+        return None
+    return dspy.Example(
+        question=ex.question, passages=format_passages(passages),
+        pairs=[QAPair(question=q, answer=a, passage=_cite(a, passages)) for q, a in pairs],
+    ).with_inputs("question", "passages")
+
+
+def long_answer_demo(ex: Any) -> dspy.Example | None:
+    pairs, longs = _pairs(ex), getattr(ex, "long_answers", None) or []
+    if not pairs or not longs:
+        return None
+    interps = [Interpretation(q, a) for q, a in pairs]
+    return dspy.Example(
+        question=ex.question, interpretations=format_pairs(interps),
+        passages=format_passages(_gold_passages(ex)), long_answer=str(longs[0]),
+    ).with_inputs("question", "interpretations", "passages")
+
+
+def closed_book_demo(ex: Any) -> dspy.Example | None:
+    longs = getattr(ex, "long_answers", None) or []
+    if not longs:
+        return None
+    return dspy.Example(question=ex.question, long_answer=str(longs[0])).with_inputs("question")
+
+
+CONVERTERS: dict[str, Callable[[Any], dspy.Example | None]] = {
+    "ClarifyFromPassages": clarify_demo,
+    "WriteLongAnswer": long_answer_demo,
+    "ClosedBookLongAnswer": closed_book_demo,
+}
+
+
+def labeled_demos(trainset: list[Any]) -> dict[str, list[dspy.Example]]:
+    """Per signature name, the labeled demos the training examples support."""
+    out: dict[str, list[dspy.Example]] = {}
+    for name, convert in CONVERTERS.items():
+        demos = [d for d in (convert(ex) for ex in trainset) if d is not None]
+        if demos:
+            out[name] = demos
+    return out

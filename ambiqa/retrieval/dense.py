@@ -1,0 +1,207 @@
+"""Dense retrieval: exact inner-product search over SentenceBERT (MiniLM) passage embeddings.
+
+Why exact search: the shared corpus is ~13k passages × 384 dims (~20 MB of float32), so a
+matrix–vector product in numpy answers a query in about a millisecond and needs no approximate
+index to tune. A full Wikipedia dump would want faiss; the on-disk layout (one ``.npy``
+matrix, one JSONL of passages) loads straight into ``faiss.IndexFlatIP`` if someone needs it.
+
+On-disk layout of ``index_dir`` (written file by file with temp file + ``os.replace``, the
+manifest last, so a half-written index is never taken for a complete one):
+
+* ``embeddings.npy`` -- float32 matrix (n, dim), unit rows, loaded with ``allow_pickle=False``;
+* ``passages.jsonl`` -- one ``{"id", "title", "text"}`` per line, row-aligned with the matrix;
+* ``manifest.json`` -- kind, encoder name, dim, count and the fingerprint.
+
+The JSONL and atomic-write helpers here are shared with :mod:`ambiqa.retrieval.bm25`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ambiqa.errors import IndexError_
+from ambiqa.retrieval.base import check_query, timed_search
+from ambiqa.types import Passage, SharedResource
+
+MANIFEST = "manifest.json"
+PASSAGES = "passages.jsonl"
+EMBEDDINGS = "embeddings.npy"
+
+
+# ---- small persistence helpers (shared with bm25.py) ---------------------------------------
+def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
+    """Write ``path`` through a temp file in the same directory, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
+        with os.fdopen(fd, mode, **kwargs) as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_passages(path: Path, passages: Iterable[Passage]) -> None:
+    def _write(fh: Any) -> None:
+        for p in passages:
+            fh.write(json.dumps({"id": p.id, "title": p.title, "text": p.text},
+                                ensure_ascii=False) + "\n")
+
+    atomic_write(path, _write)
+
+
+def read_passages(path: Path) -> list[Passage]:
+    out: list[Passage] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                out.append(Passage(str(d["id"]), str(d.get("title", "")), str(d["text"])))
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise IndexError_(f"{path}:{n}: not a passage record ({exc})",
+                                  hint="rebuild the index") from exc
+    return out
+
+
+def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
+    atomic_write(Path(index_dir) / MANIFEST, lambda fh: json.dump(manifest, fh, indent=2))
+
+
+def read_manifest(index_dir: Path, kind: str) -> dict[str, Any]:
+    """The manifest of a complete index of ``kind``, or an :class:`IndexError_` saying why not."""
+    path = Path(index_dir) / MANIFEST
+    if not path.is_file():
+        raise IndexError_(f"no {kind} index at {index_dir} (manifest.json missing)",
+                          hint=f"build it first, e.g. `ambiqa index --retriever {kind}`")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise IndexError_(f"{path} is not valid JSON: {exc}", hint="rebuild the index") from exc
+    if manifest.get("kind") != kind:
+        raise IndexError_(f"{index_dir} holds a {manifest.get('kind')!r} index, not {kind!r}")
+    return manifest
+
+
+def passages_fingerprint(kind: str, passages: Sequence[Passage], extra: str = "") -> str:
+    """Identify an index by its retriever kind, settings and the exact passages it holds."""
+    h = hashlib.sha256(extra.encode() + b"\0")
+    for p in passages:
+        h.update(p.id.encode() + b"\0" + p.title.encode() + b"\0" + p.text.encode() + b"\0")
+    return f"{kind}:{h.hexdigest()[:16]}"
+
+
+# ---- the retriever -------------------------------------------------------------------------
+class DenseRetriever(SharedResource):
+    """Cosine (= inner product of unit vectors) search over encoded ``title + text``."""
+
+    name = "dense"
+
+    def __init__(self, passages: Sequence[Passage], embeddings: np.ndarray,
+                 encoder: Any = None, encoder_name: str = "all-MiniLM-L6-v2") -> None:
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(passages):
+            raise IndexError_(f"dense index is inconsistent: {len(passages)} passages but "
+                              f"embeddings of shape {embeddings.shape}", hint="rebuild the index")
+        self.passages = list(passages)
+        self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        self._encoder = encoder
+        self.encoder_name = encoder_name
+        self._by_id = {p.id: p for p in self.passages}
+        self._fingerprint = passages_fingerprint("dense", self.passages, encoder_name)
+
+    # ---- building and loading -----------------------------------------------------------
+    @classmethod
+    def build(cls, passages: Sequence[Passage], index_dir: str | Path, encoder: Any = None,
+              batch_size: int = 64) -> DenseRetriever:
+        """Encode ``passages`` and persist the index under ``index_dir``."""
+        passages = list(passages)
+        if not passages:
+            raise IndexError_("cannot build a dense index over zero passages")
+        encoder = encoder or _default_encoder()
+        vecs = encoder.encode([p.render() for p in passages], batch_size=batch_size)
+        vecs = np.asarray(vecs, dtype=np.float32)
+        enc_name = str(getattr(encoder, "name", type(encoder).__name__))
+        retriever = cls(passages, vecs, encoder=encoder, encoder_name=enc_name)
+        index_dir = Path(index_dir)
+        atomic_write(index_dir / EMBEDDINGS, lambda fh: np.save(fh, vecs, allow_pickle=False),
+                     mode="wb")
+        write_passages(index_dir / PASSAGES, passages)
+        write_manifest(index_dir, {"kind": "dense", "encoder": enc_name, "dim": int(vecs.shape[1]),
+                                   "count": len(passages),
+                                   "fingerprint": retriever.fingerprint})
+        return retriever
+
+    @classmethod
+    def load(cls, index_dir: str | Path, encoder: Any = None) -> DenseRetriever:
+        """Load an index written by :meth:`build` (no pickles: ``allow_pickle=False``)."""
+        index_dir = Path(index_dir)
+        manifest = read_manifest(index_dir, "dense")
+        try:
+            vecs = np.load(index_dir / EMBEDDINGS, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise IndexError_(f"cannot read {index_dir / EMBEDDINGS}: {exc}",
+                              hint="rebuild the index") from exc
+        passages = read_passages(index_dir / PASSAGES)
+        retriever = cls(passages, vecs, encoder=encoder,
+                        encoder_name=str(manifest.get("encoder", "all-MiniLM-L6-v2")))
+        if manifest.get("fingerprint") not in (None, retriever.fingerprint):
+            raise IndexError_(f"dense index at {index_dir} does not match its manifest "
+                              "(files changed after building)", hint="rebuild the index")
+        return retriever
+
+    # ---- Retriever protocol -------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    @property
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            self._encoder = _default_encoder()
+        return self._encoder
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        query, k = check_query(query, k)
+        with timed_search(self.name, query, k):
+            q = np.asarray(self.encoder.encode([query]), dtype=np.float32)[0]
+            return self._top(self.embeddings @ q, k)
+
+    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
+        checked = [check_query(q, k)[0] for q in queries]
+        if not checked:
+            return []
+        qs = np.asarray(self.encoder.encode(checked), dtype=np.float32)
+        out = []
+        for query, q in zip(checked, qs, strict=True):
+            with timed_search(self.name, query, k):
+                out.append(self._top(self.embeddings @ q, k))
+        return out
+
+    def get(self, pid: str) -> Passage | None:
+        return self._by_id.get(pid)
+
+    def _top(self, scores: np.ndarray, k: int) -> list[Passage]:
+        k = min(k, len(self.passages))
+        idx = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        # stable order: score descending, then corpus position (deterministic ties)
+        idx = sorted(idx.tolist(), key=lambda i: (-float(scores[i]), i))
+        return [self.passages[i].with_score(float(scores[i])) for i in idx]
+
+
+def _default_encoder() -> Any:
+    from ambiqa.retrieval.encoder import get_encoder
+
+    return get_encoder()
