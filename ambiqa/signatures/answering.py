@@ -14,7 +14,8 @@ class WriteLongAnswer(dspy.Signature):
 
     The question can be read in several ways. Explain that it is ambiguous, then answer each
     interpretation listed, in its own sentence, naming what makes it different (the person,
-    the time, the place, the version). Use only facts from the interpretations and passages."""
+    the time, the place, the version). Use the facts in the interpretations and passages; when
+    no passages are given, answer from your own knowledge."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     interpretations: str = dspy.InputField(
@@ -78,3 +79,15 @@ class BackgroundDocument(dspy.Signature):
 
     question: str = dspy.InputField(desc="a factual question")
     background: str = dspy.OutputField(desc="one informative paragraph about the question's topic")
+
+
+class ReadShortAnswer(dspy.Signature):
+    """Answer the question with a short phrase taken from the context.
+
+    Copy the few words of the context that answer the question (a name, date, number or
+    place), without a full sentence. If the context does not answer it, reply "unknown"."""
+
+    question: str = dspy.InputField(desc="a specific, unambiguous question")
+    context: str = dspy.InputField(desc="the only text you may read to answer")
+    answer: str = dspy.OutputField(
+        desc="a few words copied from the context, or unknown")

@@ -1,0 +1,165 @@
+"""Readers for Disambig-F1: extract a short answer to a question from a long answer.
+
+ASQA's Disambig-F1 asks a reading-comprehension model each disambiguated question against
+the system's long answer. The official reader is RoBERTa-large fine-tuned on SQuAD 2.0. No
+model hub is reachable here, so two readers exist and every report names the one it used
+(``reader.name``):
+
+* :class:`HFQAReader` -- any local extractive QA checkpoint directory (e.g. a RoBERTa-large
+  SQuAD2 copy the user already has), run the way the ASQA scorer runs it: the transformers
+  question-answering pipeline with the "no answer" option enabled. Name ``hf:<dirname>``.
+* :class:`LMReader` -- a stand-in: the configured (or given) DSPy LM asked to copy a short
+  answer from the context, or say "unknown". Name ``lm-reader:<model id>``. Scores obtained
+  with it are not comparable to published D-F1 numbers; small local LMs are weak readers.
+
+An empty answer means "no answer", like a SQuAD 2.0 reader's null prediction.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ambiqa.errors import ConfigError, ModelError
+from ambiqa.tracing import record_event
+from ambiqa.types import SharedResource
+
+#: replies of the LM reader that mean "the context does not say"
+_NO_ANSWER = frozenset({"", "unknown", "none", "n/a", "na", "no answer", "not mentioned",
+                        "not stated", "null"})
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """Extracts a short answer to ``question`` from ``context`` ("" = no answer)."""
+
+    name: str
+
+    def answer(self, question: str, context: str) -> str: ...
+
+
+class HFQAReader(SharedResource):
+    """An extractive QA checkpoint from a local directory (never downloaded).
+
+    Runs transformers' question-answering pipeline on CPU with ``handle_impossible_answer``
+    on, as the ASQA scorer does with its RoBERTa-large SQuAD2 reader: when the model prefers
+    the null span, the answer is "". Shared (not copied) when a program or metric is
+    deep-copied, and calls are serialized because the pipeline is not thread-safe.
+    """
+
+    def __init__(self, checkpoint_dir: str | Path, *, max_answer_len: int = 30) -> None:
+        path = Path(checkpoint_dir).expanduser()
+        if not path.is_dir():
+            raise ModelError(f"reader checkpoint directory not found: {path}",
+                             hint="pass a local extractive QA checkpoint (config.json, weights, "
+                                  "tokenizer), e.g. a RoBERTa-large SQuAD2 copy, or omit "
+                                  "--reader to use the LM stand-in reader")
+        try:
+            from transformers import (
+                AutoConfig,
+                AutoModelForQuestionAnswering,
+                AutoTokenizer,
+                pipeline,
+            )
+
+            config = AutoConfig.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{path} is not a transformers checkpoint: {exc}",
+                             hint="the directory needs a config.json written by "
+                                  "save_pretrained()") from exc
+        archs = list(getattr(config, "architectures", None) or [])
+        if not any(a.endswith("ForQuestionAnswering") for a in archs):
+            raise ModelError(
+                f"{path} is not an extractive QA checkpoint (architectures: "
+                f"{', '.join(archs) or 'none'})",
+                hint="use a model fine-tuned for question answering (e.g. SQuAD 2.0); a base "
+                     "encoder would get an untrained answer head and read at random")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForQuestionAnswering.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load the QA checkpoint in {path}: {exc}",
+                             hint="check that the weights and tokenizer files are complete"
+                             ) from exc
+        model.eval()
+        self._pipe: Any = pipeline("question-answering", model=model, tokenizer=tokenizer,
+                                   device=-1)
+        self._lock = threading.Lock()
+        self.max_answer_len = max_answer_len
+        self.path = path
+        self.name = f"hf:{path.name}"
+
+    def answer(self, question: str, context: str) -> str:
+        if not str(context or "").strip() or not str(question or "").strip():
+            return ""
+        with self._lock:
+            out = self._pipe(question=question, context=context,
+                             handle_impossible_answer=True, max_answer_len=self.max_answer_len)
+        if isinstance(out, list):  # the pipeline returns a list when top_k > 1
+            out = out[0] if out else {"answer": ""}
+        return str(out.get("answer", "")).strip()
+
+
+class LMReader:
+    """Stand-in reader: the LM copies a short answer from the context (``ReadShortAnswer``).
+
+    ``lm`` is the DSPy LM to use; if omitted, the LM configured when the reader is made (or,
+    failing that, at call time) is used. Calls run with DSPy tracing switched off, so when
+    this reader scores a program inside a teleprompter, its own predictor never lands in the
+    bootstrapped traces. An unparseable reply or "unknown" becomes "" (no answer), recorded as
+    a trace event.
+    """
+
+    def __init__(self, lm: Any = None) -> None:
+        import dspy
+
+        from ambiqa.signatures.answering import ReadShortAnswer
+
+        self.lm = lm if lm is not None else dspy.settings.lm
+        self.read = dspy.Predict(ReadShortAnswer)
+
+    def _active_lm(self) -> Any:
+        import dspy
+
+        return self.lm if self.lm is not None else dspy.settings.lm
+
+    @property
+    def name(self) -> str:
+        from ambiqa.lm import lm_id
+
+        lm = self._active_lm()
+        return f"lm-reader:{lm_id(lm) if lm is not None else 'unconfigured'}"
+
+    def answer(self, question: str, context: str) -> str:
+        import dspy
+        from dspy.utils.exceptions import AdapterParseError
+
+        if not str(context or "").strip() or not str(question or "").strip():
+            return ""
+        lm = self._active_lm()
+        if lm is None:
+            raise ConfigError("the LM reader has no LM",
+                              hint="configure an LM (ambiqa.configure(ambiqa.make_lm())) or "
+                                   "pass a QA checkpoint as the reader")
+        try:
+            with dspy.context(lm=lm, trace=None):
+                pred = self.read(question=question, context=context)
+        except (AdapterParseError, ValueError) as exc:
+            record_event("reader", f"degraded: {type(exc).__name__}: {str(exc)[:200]}")
+            return ""
+        text = " ".join(str(pred.answer or "").split()).strip()
+        if text.lower().strip(" .\"'") in _NO_ANSWER:
+            return ""
+        return text
+
+
+def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
+    """The reader for Disambig-F1: a local QA checkpoint if given, else the LM stand-in.
+
+    ``checkpoint`` is a directory path; ``None``, ``""`` or ``"lm"`` selects
+    :class:`LMReader` (with ``lm`` or the configured LM).
+    """
+    if checkpoint is None or str(checkpoint).strip().lower() in {"", "lm"}:
+        return LMReader(lm)
+    return HFQAReader(checkpoint)
