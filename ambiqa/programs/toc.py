@@ -1,61 +1,8 @@
 """Tree of Clarifications (ToC; Kim et al., EMNLP 2023) as an ambiqa program.
 
-The paper's steps, in the order this module runs them:
-
-1. **Retrieve** one pool of passages for the ambiguous question (AQ) (§3.1; the paper merges
-   ColBERT and Bing results into a pool of 200+ passages).
-2. **Retrieval-augmented clarification (RAC)** at the root: re-rank the pool against the AQ with
-   a SentenceBERT model, keep the top ``k``, and ask the LM for disambiguated questions (DQs)
-   with their answers (DAs) grounded in those passages (§3.1). Each pair becomes a child node.
-3. **Tree structure** (§3.2): expand nodes breadth-first. Expanding a node re-ranks the *same*
-   pool against the node's own DQ and runs RAC on it; its new pairs become children one level
-   deeper. Exploration ends at ``max_nodes`` valid nodes, when no node above ``max_depth`` is
-   left to expand, or after ``max_failed`` expansions in a row that add no new valid node
-   (§5, "Computational Complexity").
-4. **Deduplication** (Table 3): a proposed pair that repeats an existing node is dropped before
-   it becomes a node. Rule chosen here: same normalized DQ (lowercase, punctuation and articles
-   removed), or same normalized answer to a near-identical DQ (token Jaccard >= 0.8). Compared
-   with every earlier node, kept or pruned, but not with the root (a clarification may return
-   the AQ itself with its answer when it is not ambiguous; that is a real reading).
-5. **Pruning with self-verification** (§3.2): every new node gets exactly one ``SelfVerify``
-   call -- AQ, the node's DQ and answer, and its answer-containing passage -- *as it is
-   created*, before it counts toward ``max_nodes`` or enters the BFS queue. The paper verifies
-   during construction: its stopping rule counts *valid* nodes, and a pruned DQ asks about a
-   different fact, so clarifying it further would only drift further. Pruned nodes stay in the
-   tree (``pruned: true``) but are never expanded. ``verify=False`` is the paper's "RAC+TS"
-   ablation: no verification call, every node counts as valid.
-6. **Answer generation** (§3.2): the kept nodes (valid ones, in BFS order) and their passages
-   go to the long-answer writer. If fewer than ``min_nodes`` survive, pruning is undone from
-   the nodes closest to the root, in BFS order. Passages containing the kept answers come
-   first, topped up with the root's re-ranked passages, ``k`` in all.
-
-Deviations, and why:
-
-* One retriever (ColBERT or whatever the caller passes), no web search: nothing outside the
-  machine can be reached. The default pool is ``n_retrieve=100``, the ColBERT share in the
-  authors' released configuration (``k=5`` re-ranked passages, max 10 nodes, depth 3, 3
-  failed expansions are from there and the paper too).
-* Re-ranking uses the shared bi-encoder (all-MiniLM-L6-v2, cosine) rather than an MS-MARCO
-  SentenceBERT cross-encoder: it is the SentenceBERT model that can be installed here.
-* No few-shot exemplars chosen per question by nearest neighbour: demos come from the DSPy
-  optimizer (compiled programs), the declarative counterpart of the paper's prompting.
-* No restarts: the released code re-runs expansions with sampling (temperature 0.7) when the
-  BFS queue empties; with greedy decoding a re-run repeats itself, so the queue emptying ends
-  the search.
-* The evidence for verification is the passage the clarification cited when it contains the
-  answer, else the answer-containing passage (among those the clarification read) closest to
-  the DQ, else the cited or closest passage. The paper only says "the answer-containing
-  passage".
-* ``min_nodes`` (default 2) is our number: the paper says "insufficient" without one.
-* Nothing at all found (the root clarification yields no pair, or every node was pruned and
-  ``min_nodes`` is 0): the AQ is treated as unambiguous (§5, "Ambiguity Detection") and
-  answered from the root's passages as a single interpretation whose answer is that text.
-* Sibling expansions at one BFS level run concurrently in batches of ``max_workers``; results
-  are consumed in BFS order, so the tree is exactly the sequential one. If a stopping rule
-  fires mid-batch, the rest of the batch is discarded (counted in ``discarded_expansions``):
-  the price of concurrency. ``max_workers=1`` wastes nothing.
-* An unparseable verification keeps the node (recorded as a degraded step): a broken judge
-  then behaves like ``verify=False`` rather than pruning everything.
+Recursive retrieval-augmented clarification in a BFS tree, pruned by self-verification, then
+one long answer over the kept nodes. :class:`TreeOfClarifications` documents the paper's steps
+and every deviation.
 """
 
 from __future__ import annotations
@@ -141,9 +88,75 @@ def _is_duplicate(pair: Interpretation, others: list[tuple[str, str]]) -> bool:
 
 
 class TreeOfClarifications(AmbiqaProgram):
-    """ToC: recursive retrieval-augmented clarification in a BFS tree, pruned by
-    self-verification, then one long answer over the kept nodes (see the module docstring for
-    the paper's steps and every deviation)."""
+    """Tree of Clarifications. The paper's steps, in the order :meth:`run` takes them:
+
+    1. **Retrieve** one pool of passages for the ambiguous question (AQ) (§3.1; the paper
+       merges ColBERT and Bing results into a pool of 200+ passages).
+    2. **Retrieval-augmented clarification (RAC)** at the root: re-rank the pool against the
+       AQ with a SentenceBERT model, keep the top ``k``, and ask the LM for disambiguated
+       questions (DQs) with their answers grounded in those passages (§3.1). Each pair becomes
+       a child node.
+    3. **Tree structure** (§3.2): expand nodes breadth-first. Expanding a node re-ranks the
+       *same* pool against the node's own DQ and runs RAC on it; its new pairs become children
+       one level deeper. The root is depth 0, so DQ nodes live at depths 1..``max_depth`` and
+       nodes at ``max_depth`` are not expanded (three levels of DQs by default, as in the
+       released code). Exploration ends at ``max_nodes`` valid nodes, when the queue of valid
+       nodes shallower than ``max_depth`` runs out, or after ``max_failed`` expansions in a
+       row that fail -- "failed" as in the paper: the expansion yields no new valid node (§5,
+       "Computational Complexity"). ``stop_reason`` says which.
+    4. **Deduplication** (Table 3): a proposed pair that repeats an existing node is dropped
+       before it becomes a node. Rule chosen here: same normalized DQ (lowercase, punctuation
+       and articles removed), or same normalized answer to a near-identical DQ (token Jaccard
+       >= 0.8). Compared with every earlier node, kept or pruned, but not with the root (a
+       clarification may return the AQ itself with its answer when it is not ambiguous; that
+       is a real reading).
+    5. **Pruning with self-verification** (§3.2): every new node gets exactly one
+       ``SelfVerify`` call -- AQ, the node's DQ and answer, and its answer-containing passage
+       -- *as it is created*, before it counts toward ``max_nodes`` or enters the BFS queue.
+       The paper verifies during construction (so does the released code): its stopping rule
+       counts *valid* nodes, and a pruned DQ asks about a different fact, so clarifying it
+       further would only drift further. Pruned nodes stay in the tree (``pruned: true``) but
+       are never expanded. ``verify=False`` is the paper's "RAC+TS" ablation: no verification
+       call, every node counts as valid.
+    6. **Answer generation** (§3.2): the kept nodes (valid ones, in BFS order) and their
+       passages go to the long-answer writer. If fewer than ``min_nodes`` survive, pruning is
+       undone from the nodes closest to the root, in BFS order. Passages containing the kept
+       answers come first, topped up with the root's re-ranked passages, ``k`` in all.
+
+    Deviations, and why:
+
+    * One retriever (ColBERT or whatever the caller passes), no web search: nothing outside
+      the machine can be reached. The default pool is ``n_retrieve=100``, the ColBERT share in
+      the authors' released configuration (``k=5`` re-ranked passages, 10 nodes, depth 3 and
+      3 failed expansions come from there and the paper too).
+    * Re-ranking uses the shared bi-encoder (all-MiniLM-L6-v2, cosine) rather than an
+      MS-MARCO SentenceBERT cross-encoder: it is the SentenceBERT model installable here.
+    * No few-shot exemplars picked per question by nearest neighbour: demos come from the DSPy
+      optimizer (compiled programs), the declarative counterpart of the paper's prompting.
+    * No restarts: the released code re-runs expansions with sampling (temperature 0.7) when
+      the BFS queue empties; with greedy decoding a re-run repeats itself, so an empty queue
+      ends the search.
+    * The evidence for verification is the passage the clarification cited when it contains
+      the answer, else the answer-containing passage (among those the clarification read)
+      closest to the DQ, else the cited or closest passage. The paper only asks for "the
+      answer-containing passage".
+    * ``min_nodes`` (default 2) is our number: the paper gives none.
+    * Nothing at all found (the root clarification yields no pair, or every node was pruned
+      and ``min_nodes`` is 0): the AQ is treated as unambiguous (§5, "Ambiguity Detection")
+      and answered from the root's passages as a single interpretation whose answer is that
+      text (``fallback: "no_interpretations"``).
+    * Sibling expansions at one BFS level run concurrently in batches of ``max_workers``;
+      results are consumed in BFS order, so the tree is exactly the sequential one. If a
+      stopping rule fires mid-batch, the rest of the batch is discarded (counted in
+      ``discarded_expansions``): the price of concurrency. ``max_workers=1`` wastes nothing.
+    * An unparseable verification keeps the node (recorded as a degraded step): a broken
+      judge then behaves like ``verify=False`` rather than pruning everything.
+
+    Extras in the Prediction: ``tree`` (every node: id, parent, depth, question, answer,
+    passages = evidence ids, context = ids it was expanded on, valid, pruned, restored,
+    expanded), ``stop_reason``, ``n_duplicates``, ``n_over_limit`` (fresh pairs never made
+    nodes because ``max_nodes`` was reached), ``discarded_expansions``.
+    """
 
     name = "toc"
 

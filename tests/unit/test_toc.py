@@ -1,0 +1,313 @@
+"""Tree of Clarifications control flow with the scripted LM, a fake encoder and an in-memory
+retriever: BFS limits, failed expansions, pruning, dedup, restore, call counts."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from ambiqa.errors import ConfigError
+from ambiqa.programs.registry import build_program
+from ambiqa.programs.toc import TreeOfClarifications
+from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.testing import scripted_lm
+from ambiqa.types import Passage, SharedResource
+
+AQ = "Who played Weasley in Harry Potter?"
+
+PASSAGES = [
+    Passage("fred", "Fred Weasley", "James Phelps played Fred Weasley in the Harry Potter films."),
+    Passage("george", "George Weasley", "Oliver Phelps played George Weasley in Harry Potter."),
+    Passage("percy", "Percy Weasley", "Chris Rankin played Percy Weasley in Harry Potter."),
+    Passage("ron", "Ron Weasley", "Rupert Grint played Ron Weasley in the Harry Potter films."),
+    Passage("paris", "Paris", "Paris is the capital of France."),
+]
+
+
+class FakeEncoder(SharedResource):
+    """Deterministic bag-of-words embeddings (crc32-hashed tokens), unit length."""
+
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for tok in "".join(c if c.isalnum() else " " for c in text.lower()).split():
+                out[row, zlib.crc32(tok.encode()) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1.0, norms)
+
+
+def make(**kw) -> TreeOfClarifications:
+    kw.setdefault("max_workers", 1)
+    kw.setdefault("n_retrieve", 5)
+    kw.setdefault("k", 3)
+    return TreeOfClarifications(InMemoryRetriever(PASSAGES), encoder=FakeEncoder(), **kw)
+
+
+def pairs(*items: tuple[str, str]) -> dict:
+    return {"pairs": [{"question": q, "answer": a, "passage": 1} for q, a in items]}
+
+
+def branching(*tags: str):
+    """Clarify handler: each question ``Q?`` gets one child ``Q <tag><n>?`` per tag, where n is
+    the word count of Q (so every level's DQs are distinct and deterministic)."""
+
+    def handler(inputs: dict[str, str]) -> dict:
+        q = inputs["question"].rstrip("?")
+        n = len(q.split())
+        return pairs(*[(f"{q} {t}{n}?", f"answer {t}{n}") for t in tags])
+
+    return handler
+
+
+def valid_unless(word: str):
+    return lambda inputs: {"valid": word not in inputs["interpretation"]}
+
+
+def clarified(lm) -> list[str]:
+    """The questions the clarification step was asked about, in call order."""
+    return [inp["question"] for key, inp in lm.engine.calls if key == "ClarifyFromPassages"]
+
+
+LONG = {"long_answer": "Several Weasleys were played by different actors."}
+
+
+def test_stops_at_max_nodes_without_overshooting(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("x", "y", "z"),
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=5)(question=AQ)
+    assert out.stop_reason == "max_nodes"
+    assert len(out.interpretations) == 5 and len(out.tree) == 6  # root + 5
+    # root gave 3, the first child gave 3 of which only 2 were wanted: never verified
+    assert lm.engine.count("ClarifyFromPassages") == 2
+    assert lm.engine.count("SelfVerify") == 5
+    assert out.n_over_limit == 1 and out.discarded_expansions == 0
+    assert out.answer == LONG["long_answer"]
+    assert [n["depth"] for n in out.tree] == [0, 1, 1, 1, 2, 2]
+    assert [n["parent"] for n in out.tree] == [None, 0, 0, 0, 1, 1]
+    json.dumps(out.tree)  # JSON-serializable
+
+
+def test_concurrent_siblings_build_the_same_tree(use_lm):
+    handlers = {"ClarifyFromPassages": branching("x", "y", "z"),
+                "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}
+    use_lm(scripted_lm(handlers))
+    serial = make(max_nodes=5)(question=AQ)
+    lm = use_lm(scripted_lm(handlers))
+    parallel = make(max_nodes=5, max_workers=4)(question=AQ)
+    assert parallel.tree == serial.tree
+    assert parallel.interpretations == serial.interpretations
+    # the three depth-1 siblings were clarified together; two results came too late to count
+    assert lm.engine.count("ClarifyFromPassages") == 4
+    assert parallel.discarded_expansions == 2
+
+
+def test_stops_at_max_depth(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("x"),
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    out = make(max_depth=2, max_nodes=10)(question=AQ)
+    assert out.stop_reason == "max_depth"
+    assert max(n["depth"] for n in out.tree) == 2
+    assert len(out.tree) == 3
+    # the depth-2 node is never expanded
+    assert clarified(lm) == [AQ, "Who played Weasley in Harry Potter x6?"]
+    assert [n["expanded"] for n in out.tree] == [True, True, False]
+
+
+def children_then(fn):
+    """Root gets five children c1..c5; every other question is answered by ``fn(q)``."""
+
+    def handler(inputs):
+        q = inputs["question"]
+        if q == AQ:
+            return pairs(*[(f"Which Weasley c{i}?", f"actor {i}") for i in range(1, 6)])
+        return fn(q)
+
+    return handler
+
+
+def echo(q: str) -> dict:
+    """Clarifying a DQ gives the DQ back with its answer: a duplicate, so no new node."""
+    i = q.split("c")[-1].rstrip("?")
+    return pairs((q, f"actor {i}"))
+
+
+def test_stops_after_three_failed_expansions_in_a_row(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": children_then(echo),
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10)(question=AQ)
+    assert out.stop_reason == "max_failed"
+    assert clarified(lm) == [AQ, "Which Weasley c1?", "Which Weasley c2?", "Which Weasley c3?"]
+    assert out.n_duplicates == 3
+    assert len(out.interpretations) == 5
+
+
+def test_a_success_resets_the_failed_count(use_lm):
+    def fn(q):
+        if q == "Which Weasley c2?":
+            return pairs(("Which Weasley c2 in 2001?", "actor 2b"))
+        return echo(q)
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": children_then(fn),
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10)(question=AQ)
+    assert out.stop_reason == "max_failed"
+    # c1 fails, c2 succeeds, c3..c5 fail: the third failure in a row stops before the grandchild
+    assert clarified(lm) == [AQ] + [f"Which Weasley c{i}?" for i in range(1, 6)]
+    assert len(out.interpretations) == 6
+
+
+def test_never_expands_a_pruned_node(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "h"),
+                             "SelfVerify": valid_unless("bad"), "WriteLongAnswer": LONG}))
+    out = make(max_nodes=6, max_depth=3)(question=AQ)
+    pruned = [n for n in out.tree if n["pruned"]]
+    assert pruned and all("bad" in n["question"] and not n["valid"] for n in pruned)
+    assert all(not n["expanded"] for n in pruned)
+    assert not any("bad" in q for q in clarified(lm))
+    assert all("bad" not in i["question"] for i in out.interpretations)
+    assert len(out.interpretations) == 6
+
+
+def test_exactly_one_self_verify_per_node_with_its_evidence(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "h"),
+                             "SelfVerify": valid_unless("bad"), "WriteLongAnswer": LONG}))
+    out = make(max_nodes=6)(question=AQ)
+    verified = [inp for key, inp in lm.engine.calls if key == "SelfVerify"]
+    assert Counter(v["interpretation"] for v in verified) == Counter(
+        n["question"] for n in out.tree[1:])
+    assert all(v["question"] == AQ for v in verified)
+    # the verifier sees the node's answer-containing (here: cited) passage
+    by_q = {v["interpretation"]: v for v in verified}
+    for node in out.tree[1:]:
+        (pid,) = node["passages"]
+        text = next(p.text for p in PASSAGES if p.id == pid)
+        assert text in by_q[node["question"]]["passage"]
+
+
+def test_verify_false_makes_no_self_verify_call(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "h"),
+                             "WriteLongAnswer": LONG}))
+    out = make(max_nodes=6, verify=False)(question=AQ)
+    assert lm.engine.count("SelfVerify") == 0
+    assert len(out.interpretations) == 6
+    assert all(n["valid"] and not n["pruned"] for n in out.tree)
+
+
+def test_dedup_same_question_or_same_answer_to_near_identical_question(use_lm):
+    fred = "Who played Fred Weasley in the Harry Potter films?"
+    george = "Who played George Weasley in the Harry Potter films?"
+
+    def clarify(inputs):
+        q = inputs["question"]
+        if q == AQ:
+            return pairs((fred, "James Phelps"),
+                         ("who played fred weasley in the harry potter films", "J. Phelps"),
+                         ("In the Harry Potter films, who played Fred Weasley?", "James Phelps"),
+                         (george, "Oliver Phelps"),
+                         ("Who is the twin brother of the actor of Fred?", "Oliver Phelps"))
+        if q == fred:  # proposes a node that already exists one level up
+            return pairs((george, "Oliver Phelps"))
+        return pairs()
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify,
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10)(question=AQ)
+    assert [n["question"] for n in out.tree[1:]] == [
+        fred, george, "Who is the twin brother of the actor of Fred?"]
+    assert out.n_duplicates == 3
+    assert lm.engine.count("SelfVerify") == 3  # duplicates are never verified
+
+
+def test_restores_pruned_nodes_nearest_the_root_first(use_lm):
+    def clarify(inputs):
+        q = inputs["question"]
+        if q == AQ:
+            return pairs(("Which Weasley alpha?", "a"), ("Which Weasley bad bravo?", "b"))
+        if q == "Which Weasley alpha?":
+            return pairs(("Which Weasley alpha bad one?", "a1"),
+                         ("Which Weasley alpha bad two?", "a2"))
+        return pairs()
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify,
+                             "SelfVerify": valid_unless("bad"), "WriteLongAnswer": LONG}))
+    out = make(min_nodes=3)(question=AQ)
+    assert [i["question"] for i in out.interpretations] == [
+        "Which Weasley alpha?", "Which Weasley bad bravo?", "Which Weasley alpha bad one?"]
+    by_q = {n["question"]: n for n in out.tree}
+    assert by_q["Which Weasley bad bravo?"]["restored"]
+    assert not by_q["Which Weasley bad bravo?"]["pruned"]
+    assert by_q["Which Weasley alpha bad one?"]["restored"]
+    assert by_q["Which Weasley alpha bad two?"]["pruned"]
+    assert clarified(lm) == [AQ, "Which Weasley alpha?"]
+    # the long answer is written from exactly the kept pairs
+    (write,) = [inp for key, inp in lm.engine.calls if key == "WriteLongAnswer"]
+    assert "Which Weasley bad bravo?" in write["interpretations"]
+    assert "Which Weasley alpha bad two?" not in write["interpretations"]
+
+
+def test_nothing_found_answers_the_question_as_one_reading(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": pairs(),
+                             "WriteLongAnswer": {"long_answer": "Rupert Grint played Ron."}}))
+    out = make()(question=AQ)
+    assert out.fallback == "no_interpretations"
+    assert out.interpretations == [{"question": AQ, "answer": "Rupert Grint played Ron.",
+                                    "passages": out.tree[0]["context"]}]
+    assert [p["id"] for p in out.passages] == out.tree[0]["context"]
+    assert lm.engine.count("SelfVerify") == 0 and lm.engine.count("WriteLongAnswer") == 1
+
+
+def test_each_expansion_reranks_the_pool_for_its_own_question(use_lm):
+    def clarify(inputs):
+        if inputs["question"] == AQ:
+            return pairs(("Who played George Weasley?", "Oliver Phelps"))
+        return pairs()
+
+    use_lm(scripted_lm({"ClarifyFromPassages": clarify, "SelfVerify": {"valid": True},
+                        "WriteLongAnswer": LONG}))
+    out = make(k=5)(question=AQ)
+    assert out.tree[0]["context"][0] != "george"
+    assert out.tree[1]["context"][0] == "george"
+    # the clarification cited passage 1 (not George's); the answer-containing one wins
+    assert out.tree[1]["passages"] == ["george"]
+    assert out.trace["retriever_calls"] == 1  # one pool, re-ranked per node
+    assert out.passages[0]["id"] == "george"  # answer passages come first
+
+
+def test_unparseable_steps_degrade_and_are_recorded(use_lm):
+    use_lm(scripted_lm({"ClarifyFromPassages": branching("x"),
+                        "SelfVerify": "no fields here",
+                        "WriteLongAnswer": LONG}))
+    out = make(max_nodes=2)(question=AQ)
+    assert len(out.interpretations) == 2  # an unreadable verdict keeps the node
+    assert any(e.startswith("self_verify") for e in out.trace["events"])
+
+    use_lm(scripted_lm({"ClarifyFromPassages": "garbage", "WriteLongAnswer": LONG}))
+    out = make()(question=AQ)
+    assert out.fallback == "no_interpretations"
+    assert any(e.startswith("clarify") for e in out.trace["events"])
+
+
+def test_config_and_registry():
+    prog = build_program("toc", retriever=InMemoryRetriever(PASSAGES), max_nodes=4,
+                         encoder=FakeEncoder())
+    assert isinstance(prog, TreeOfClarifications)
+    assert prog.config() == {"n_retrieve": 100, "k": 5, "max_depth": 3, "max_nodes": 4,
+                             "max_failed": 3, "min_nodes": 2, "verify": True,
+                             "max_workers": None}
+
+
+@pytest.mark.parametrize("bad", [{"k": 0}, {"max_depth": 0}, {"max_nodes": "3"},
+                                 {"min_nodes": 11}, {"max_workers": 0}, {"max_failed": True}])
+def test_bad_settings_are_clear_errors(bad):
+    with pytest.raises(ConfigError):
+        TreeOfClarifications(InMemoryRetriever(PASSAGES), encoder=FakeEncoder(), **bad)
