@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dspy
 
-
 # ---- ReSP's reasoner: judge, then plan ------------------------------------------------------
 
 

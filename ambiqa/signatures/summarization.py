@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dspy
 
-
 # ---- ReSP's dual-function summarizer --------------------------------------------------------
 # One retrieval round feeds two memories: evidence for the main question (global) and the
 # answer to the sub-question that triggered the round (local). Keeping them apart lets the
