@@ -62,12 +62,14 @@ class ScriptedEngine:
         handler key is the Signature class name, so look the class up once and match its
         instructions. Falls back to matching the key text itself.
         """
-        if self._signatures is None:
-            self._signatures = {}
-            for key in self.handlers:
-                instructions = _instructions_for(key)
-                if instructions:
-                    self._signatures[key] = instructions
+        with self._lock:  # concurrent first calls must not see a half-built table
+            if self._signatures is None:
+                table = {}
+                for key in self.handlers:
+                    instructions = _instructions_for(key)
+                    if instructions:
+                        table[key] = instructions
+                self._signatures = table
         best, best_len = "", -1
         flat = " ".join(system.split())
         for key, instructions in self._signatures.items():
