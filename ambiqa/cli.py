@@ -170,11 +170,17 @@ def _compile(program_name: str, train_spec: str, dev_spec: str | None, metric: s
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from ambiqa.data import is_training_split, parse_spec
     from ambiqa.programs.registry import program_class
 
     cls = program_class(args.program)
-    lm = _lm_from_args(args)
+    for spec in filter(None, [args.train, args.dev]):
+        parse_spec(spec)  # a bad spec fails here, before any model is loaded
+    if not is_training_split(args.train):
+        raise ConfigError(f"{args.train!r} is not a training split; compiling on it would leak "
+                          "evaluation data", hint="use e.g. asqa:train or demo:train")
     retriever = _retriever_from_args(args, needed=cls.needs_retriever)
+    lm = _lm_from_args(args)
     out = Path(args.out or f"artifacts/{args.program}.json")
     _compile(args.program, args.train, args.dev, args.metric, args.optimizer, args.k, args.seed,
              retriever, lm, _reader_from_args(args), out, _program_config(args),
@@ -196,8 +202,11 @@ def _program_or_artifact(args: argparse.Namespace, target: str | None) -> Any:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    _lm_from_args(args)
+    from ambiqa.programs.base import check_question
+
+    check_question(args.question)
     program = _program_or_artifact(args, args.artifact or args.program)
+    _lm_from_args(args)
     pred = program(question=args.question)
     if args.json:
         from ambiqa.evaluation.runner import _prediction_dict
@@ -212,9 +221,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ambiqa.data import load_dataset
     from ambiqa.evaluation.runner import RunSpec, evaluate
 
-    _lm_from_args(args)
-    program = _program_or_artifact(args, args.target)
     examples = load_dataset(args.data)
+    program = _program_or_artifact(args, args.target)
+    _lm_from_args(args)
     names = [m.strip() for m in args.metrics.split(",") if m.strip()]
     reader = _reader_from_args(args)
     metrics = _metric_fns(names, reader)

@@ -15,7 +15,8 @@ tracing fire, exactly as with the embedded model.
 
 A handler is a dict of output values, a callable ``inputs -> dict`` (``inputs`` maps each
 input field name to its rendered text), a list (consumed in order; the last repeats) or an
-exception instance to raise, or a raw string sent as the reply as-is (for unparseable output). ``lm.engine.calls`` records ``(signature, inputs)`` per call.
+exception instance to raise, or a raw string sent as the reply as-is (for
+unparseable output). ``lm.engine.calls`` records ``(signature, inputs)`` per call.
 """
 
 from __future__ import annotations

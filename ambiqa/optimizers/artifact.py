@@ -144,7 +144,7 @@ def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: An
 
         cls = program_class(program_name)
     except ConfigError as exc:
-        raise ArtifactError(f"{path}: {exc.message}") from exc
+        raise ArtifactError(f"{path}: {exc.message}", hint=exc.hint) from exc
     info = manifest.get("retriever") or {}
     if retriever is None and getattr(cls, "needs_retriever", True) and info.get("index"):
         from ambiqa.retrieval.factory import open_retriever

@@ -1,0 +1,208 @@
+"""Compile → save → load → same outputs; artifact validation; prompt export."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+
+import pytest
+
+import ambiqa
+from ambiqa.data import demo_corpus_path, load_corpus, load_dataset
+from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.evaluation.registry import dspy_metric
+from ambiqa.optimizers.artifact import load_artifact, read_artifact, save_artifact
+from ambiqa.optimizers.compile import compile_program
+from ambiqa.optimizers.export import export_prompts, fill, render
+from ambiqa.programs.vanilla_rag import VanillaRAG
+from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.testing import scripted_lm
+
+
+@pytest.fixture()
+def demo_retriever():
+    return InMemoryRetriever(load_corpus(demo_corpus_path()))
+
+
+def _answers_from_passages(inputs):
+    """A deterministic fake 'clarifier': one pair per passage, answer = passage title."""
+    lines = [ln for ln in inputs["passages"].splitlines() if ln.startswith("[")]
+    pairs = []
+    for i, ln in enumerate(lines[:2], start=1):
+        title = ln.split("]", 1)[1].split(":", 1)[0].strip()
+        pairs.append({"question": f"{inputs['question']} ({title})", "answer": title,
+                      "passage": i})
+    return {"pairs": pairs}
+
+
+def _fake_lm():
+    return scripted_lm({
+        "ClarifyFromPassages": _answers_from_passages,
+        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
+    })
+
+
+def _manifest(retriever, **extra):
+    return {"program": "vanilla_rag", "program_config": {"k": 3}, "ambiqa_version": "0.1.0",
+            "lm": "scripted/fake", "retriever": {"kind": "memory", "index": None,
+                                                 "fingerprint": retriever.fingerprint},
+            "metric": "str-em", "optimizer": {"name": "bootstrap"}, "created": "now", **extra}
+
+
+def test_compile_save_load_gives_same_outputs(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    train = load_dataset("demo:train")[:4]
+    program = VanillaRAG(demo_retriever, k=3)
+    compiled, report = compile_program(program, train, optimizer="bootstrap",
+                                       metric=dspy_metric("str-em"), k=2)
+    assert report.demos_per_predictor["clarify.clarify"] >= 1
+    assert report.cost["lm_calls"] > 0
+    path = save_artifact(tmp_path / "a.json", compiled, _manifest(demo_retriever))
+    loaded = load_artifact(path, retriever=demo_retriever)
+    q = load_dataset("demo:dev")[0].question
+    a, b = compiled(question=q), loaded(question=q)
+    assert a.answer == b.answer and a.interpretations == b.interpretations
+    assert [len(p.demos) for _, p in loaded.named_predictors()] == [
+        len(p.demos) for _, p in compiled.named_predictors()]
+    assert loaded.manifest["metric"] == "str-em"
+
+
+def test_labeled_compile_needs_no_lm_call(use_lm, demo_retriever):
+    lm = use_lm(_fake_lm())
+    compiled, report = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                       optimizer="labeled", k=2)
+    assert report.cost["lm_calls"] == 0 and not lm.engine.calls
+    assert report.demos_per_predictor == {"clarify.clarify": 2, "long_answer.write": 2}
+
+
+def test_artifact_loads_in_a_new_process(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                  optimizer="labeled", k=1)
+    path = save_artifact(tmp_path / "a.json", compiled, _manifest(demo_retriever))
+    code = (
+        "import ambiqa, sys\n"
+        "from ambiqa.retrieval.base import InMemoryRetriever\n"
+        "from ambiqa.data import load_corpus, demo_corpus_path\n"
+        "from ambiqa.testing import scripted_lm\n"
+        "r = InMemoryRetriever(load_corpus(demo_corpus_path()))\n"
+        "lm = scripted_lm({'ClarifyFromPassages': {'pairs': [{'question': 'Q?', 'answer': 'A',"
+        " 'passage': 1}]}, 'WriteLongAnswer': {'long_answer': 'long'}})\n"
+        f"p = ambiqa.load({str(path)!r}, retriever=r, lm=lm)\n"
+        "out = p(question='Who wrote Little Women?')\n"
+        "print(out.answer, len(out.interpretations), out.interpretations[0]['passages'][0])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[:2] == ["long", "1"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.pop("manifest"), "missing keys"),
+    (lambda d: d.update(extra=1), "unexpected keys"),
+    (lambda d: d.update(schema_version=99), "schema version 99"),
+    (lambda d: d["manifest"].pop("program"), "manifest is missing program"),
+    (lambda d: d.update(format="pickle"), "not an ambiqa artifact"),
+    (lambda d: d["manifest"].update(program="vanila_rag"), "unknown program"),
+])
+def test_invalid_artifacts_are_refused(tmp_path, demo_retriever, mutate, message):
+    path = save_artifact(tmp_path / "a.json", VanillaRAG(demo_retriever),
+                         _manifest(demo_retriever))
+    doc = json.loads(path.read_text())
+    mutate(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(path, retriever=demo_retriever)
+
+
+def test_broken_json_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "ambiqa-artifact", ')
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        read_artifact(bad)
+    with pytest.raises(ArtifactError, match="not found"):
+        read_artifact(tmp_path / "nope.json")
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\x80\x81\xff")
+    with pytest.raises(ArtifactError, match="UTF-8"):
+        read_artifact(binary)
+
+
+def test_fingerprint_mismatch_warns_or_refuses(tmp_path, demo_retriever, caplog):
+    path = save_artifact(tmp_path / "a.json", VanillaRAG(demo_retriever),
+                         _manifest(demo_retriever))
+    other = InMemoryRetriever(load_corpus(demo_corpus_path())[:10])
+    with pytest.raises(ArtifactError, match="compiled against index"):
+        load_artifact(path, retriever=other, strict_fingerprint=True)
+    load_artifact(path, retriever=other)
+    assert "compiled against index" in caplog.text
+
+
+def test_failed_save_keeps_the_old_artifact_and_leaves_no_temp(tmp_path, demo_retriever,
+                                                               monkeypatch):
+    path = save_artifact(tmp_path / "a.json", VanillaRAG(demo_retriever),
+                         _manifest(demo_retriever))
+    before = path.read_bytes()
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("ambiqa.optimizers.artifact.os.fsync", disk_full)
+    with pytest.raises(ArtifactError, match="No space left"):
+        save_artifact(path, VanillaRAG(demo_retriever, k=9), _manifest(demo_retriever))
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    with pytest.raises(ArtifactError, match="cannot write"):
+        save_artifact(path / "sub" / "b.json", VanillaRAG(demo_retriever),
+                      _manifest(demo_retriever))
+
+
+def test_no_pickle_in_artifact(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                  optimizer="labeled", k=2)
+    path = save_artifact(tmp_path / "a.json", compiled, _manifest(demo_retriever))
+    json.loads(path.read_text())  # plain JSON all the way down
+    assert b"pickle" not in path.read_bytes() and b"\x80\x04" not in path.read_bytes()
+
+
+def test_export_renders_every_predictor_with_placeholders(use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                  optimizer="labeled", k=2)
+    prompts = export_prompts(compiled)
+    assert [p["signature"] for p in prompts] == ["ClarifyFromPassages", "WriteLongAnswer"]
+    clarify = prompts[0]
+    assert clarify["n_demos"] == 2
+    assert "{question}" in clarify["messages"][-1]["content"]
+    # demos appear as user/assistant turns before the final request
+    assert [m["role"] for m in clarify["messages"]] == ["system", "user", "assistant", "user",
+                                                        "assistant", "user"]
+    md = render(prompts, "md", manifest={"program": "vanilla_rag"})
+    assert "## clarify.clarify" in md and "{passages}" in md
+    assert json.loads(render(prompts, "json"))["prompts"][1]["signature"] == "WriteLongAnswer"
+    filled = fill(clarify["messages"], {"question": "Q?", "passages": "[1] T: x"})
+    assert "{question}" not in filled[-1]["content"] and "Q?" in filled[-1]["content"]
+    with pytest.raises(ConfigError):
+        render(prompts, "pdf")
+
+
+def test_exported_prompt_is_what_dspy_sends(use_lm, demo_retriever):
+    """The filled export equals the messages DSPy's adapter produced for the real call."""
+    lm = use_lm(_fake_lm())
+    compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                  optimizer="labeled", k=1)
+    compiled(question="Who wrote Little Women?")
+    sent = lm.history[0]["messages"]
+    inputs = {"question": "Who wrote Little Women?",
+              "passages": sent[-1]["content"].split("[[ ## passages ## ]]\n", 1)[1]
+              .split("\n\nRespond with", 1)[0]}
+    filled = fill(export_prompts(compiled)[0]["messages"], inputs)
+    assert [m["content"] for m in filled] == [m["content"] for m in sent]
+
+
+def test_load_is_exposed_at_top_level():
+    assert ambiqa.load is not None and callable(ambiqa.load)

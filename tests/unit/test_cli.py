@@ -1,0 +1,55 @@
+"""The CLI turns user errors into one clear line and exit code 2 — never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ambiqa.cli import EXIT_USER_ERROR, main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["ask", ""], "question is empty"),
+    (["ask", "   "], "question is empty"),
+    (["ask", "x" * 50_000], "characters long"),
+    (["ask", "Who?", "--artifact", "missing.json"], "artifact not found"),
+    (["ask", "Who?", "--program", "vanila_rag", "--index", "x"], "did you mean 'vanilla_rag'"),
+    (["compile", "vanila_rag", "--train", "asqa:train"], "did you mean 'vanilla_rag'"),
+    (["compile", "vanilla_rag", "--train", "asqa:dev"], "not a training split"),
+    (["compile", "vanilla_rag", "--train", "nosuchset:train"], "unknown"),
+    (["evaluate", "vanilla_rag", "--data", "asqa:nosplit", "--out", "runs/x"], "asqa"),
+    (["index", "no/such/corpus.jsonl", "--name", "x"], "not found"),
+    (["ask", "Who?", "--program", "vanilla_rag", "--index", "no-such-index",
+      "--index-root", "/nonexistent"], "no-such-index"),
+    (["ask", "Who?", "--program", "closed_book", "--program-config", "{bad"], "not valid JSON"),
+])
+def test_user_errors_exit_2_with_a_message(argv, message, capsys):
+    assert main(argv) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_invalid_artifact_json(tmp_path, capsys):
+    bad = tmp_path / "a.json"
+    bad.write_text("{not json")
+    assert main(["export", str(bad)]) == EXIT_USER_ERROR
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["ask", "Who?", "--artifact", str(bad)]) == EXIT_USER_ERROR
+
+
+def test_cli_subprocess_has_no_traceback_and_nonzero_exit():
+    res = subprocess.run([sys.executable, "-m", "ambiqa.cli", "ask", ""], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == EXIT_USER_ERROR
+    assert "question is empty" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("index", "compile", "evaluate", "export", "ask", "demo", "doctor"):
+        assert cmd in out
