@@ -1,0 +1,325 @@
+"""VerDICt control flow with the scripted LM, a recording retriever and hand-made vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ambiqa.errors import ConfigError
+from ambiqa.programs.registry import build_program
+from ambiqa.programs.verdict import (
+    VerDICt,
+    consolidate,
+    embedding_text,
+    medoid,
+    merge_close_clusters,
+)
+from ambiqa.retrieval.base import timed_search
+from ambiqa.testing import scripted_lm
+from ambiqa.types import Passage
+
+QUESTION = "Who played the Weasley brother in Harry Potter?"
+
+
+def _passage(pid: str, text: str) -> Passage:
+    return Passage(pid, f"Title {pid}", text)
+
+
+class RecordingRetriever:
+    """Returns its passages in order and records every search."""
+
+    name = "recording"
+    fingerprint = "recording:test"
+
+    def __init__(self, passages: list[Passage]) -> None:
+        self.passages = passages
+        self.calls: list[tuple[str, int]] = []
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        with timed_search(self.name, query, k):
+            self.calls.append((query, k))
+            return self.passages[:k]
+
+    def batch_search(self, queries, k=5):
+        return [self.search(q, k) for q in queries]
+
+    def get(self, pid: str) -> Passage | None:
+        return next((p for p in self.passages if p.id == pid), None)
+
+
+class FakeEncoder:
+    """Maps a text to the vector of the first key it contains; records what it was asked."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts):
+        self.calls.append(list(texts))
+        out = []
+        for text in texts:
+            key = next((k for k in self.table if k in text), None)
+            if key is None:
+                raise AssertionError(f"no vector for {text!r}")
+            out.append(self.table[key])
+        return np.asarray(out, dtype=np.float32)
+
+
+def _pid(inputs: dict[str, str]) -> str:
+    """The passage id from the rendered passage field ("[1] Title p3: ...")."""
+    return inputs["passage"].split("Title ", 1)[1].split(":", 1)[0]
+
+
+def interpret_by_passage(table: dict[str, object]):
+    """InterpretFromPassage handler: per passage id, a (question, answer) pair, None to
+    abstain, or a raw string (unparseable reply)."""
+    def handler(inputs):
+        entry = table[_pid(inputs)]
+        if entry is None:
+            return {"abstain": False if _pid(inputs).endswith("n") else True,
+                    "interpretation": "none", "answer": "none"}
+        if isinstance(entry, str):
+            return entry
+        q, a = entry
+        return {"abstain": False, "interpretation": q, "answer": a}
+    return handler
+
+
+# Two tight clusters (Fred, Percy) and one outlier (Ron), as hand-made unit-ish vectors.
+FRED = {"Fred a": [1.0, 0.05, 0.0, 0.0], "Fred b": [1.0, 0.0, 0.05, 0.0],
+        "Fred c": [1.0, 0.02, 0.02, 0.0]}
+PERCY = {"Percy a": [0.0, 1.0, 0.05, 0.0], "Percy b": [0.05, 1.0, 0.0, 0.0],
+         "Percy c": [0.0, 1.0, 0.0, 0.03]}
+RON = {"Ron": [0.0, 0.0, 0.0, 1.0]}
+VECTORS = {**FRED, **PERCY, **RON}
+PAIRS = {  # passage id -> (interpretation, answer); the interpretation carries the vector key
+    "p1": ("Who played Fred a?", "James Phelps"),
+    "p2": ("Who played Fred b?", "James Phelps"),
+    "p3": ("Who played Fred c?", "James Phelps"),
+    "p4": ("Who played Percy a?", "Chris Rankin"),
+    "p5": ("Who played Percy b?", "Chris Rankin"),
+    "p6": ("Who played Percy c?", "Chris Rankin"),
+    "p7": ("Who played Ron?", "Rupert Grint"),
+}
+PASSAGES = [_passage(pid, f"text of {pid}") for pid in PAIRS] + [
+    _passage("p8", "unrelated"), _passage("p9n", "also unrelated")]
+
+
+def _lm(pairs=None, **extra):
+    table = dict(PAIRS if pairs is None else pairs)
+    table.setdefault("p8", None)
+    table.setdefault("p9n", None)
+    handlers = {
+        "RelaxQuery": {"relaxed_query": "Weasley actors Harry Potter"},
+        "InterpretFromPassage": interpret_by_passage(table),
+        "WriteLongAnswer": {"long_answer": "Several Weasleys were played by different actors."},
+        "ClosedBookLongAnswer": {"long_answer": "From memory: Rupert Grint played Ron."},
+    }
+    handlers.update(extra)
+    return scripted_lm(handlers)
+
+
+def test_one_retrieval_and_one_interpret_call_per_passage(use_lm):
+    lm = use_lm(_lm())
+    retriever = RecordingRetriever(PASSAGES)
+    prog = VerDICt(retriever, n_passages=9, encoder=FakeEncoder(VECTORS))
+    out = prog(question=QUESTION)
+
+    assert retriever.calls == [("Weasley actors Harry Potter", 9)]  # relaxed query, once
+    assert lm.engine.count("RelaxQuery") == 1
+    assert lm.engine.count("InterpretFromPassage") == 9
+    seen = sorted(_pid(inp) for key, inp in lm.engine.calls if key == "InterpretFromPassage")
+    assert seen == sorted(p.id for p in PASSAGES)  # each passage exactly once, alone
+    assert all(inp["question"] == QUESTION for key, inp in lm.engine.calls
+               if key == "InterpretFromPassage")
+    assert out.trace["retriever_calls"] == 1
+    assert out.trace["calls_by_module"] == {"RelaxQuery": 1, "InterpretFromPassage": 9,
+                                            "WriteLongAnswer": 1}
+    assert out.relaxed_query == "Weasley actors Harry Potter"
+    assert len(out.passages) == 9 and out.grounded is True
+
+
+def test_abstains_are_excluded_and_counted(use_lm):
+    use_lm(_lm())
+    encoder = FakeEncoder(VECTORS)
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(question=QUESTION)
+    # p8 abstains explicitly; p9n says abstain=False but gives no interpretation ("none").
+    assert out.n_abstained == 2 and out.n_dropped == 0
+    assert [c["passage"] for c in out.candidates] == [f"p{i}" for i in range(1, 8)]
+    assert len(encoder.calls) == 1 and len(encoder.calls[0]) == 7
+
+
+def test_embeds_interpretation_joined_with_answer(use_lm):
+    use_lm(_lm())
+    encoder = FakeEncoder(VECTORS)
+    VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(question=QUESTION)
+    assert encoder.calls[0][0] == embedding_text("Who played Fred a?", "James Phelps")
+    assert encoder.calls[0][0] == "Who played Fred a? James Phelps"
+
+
+def test_medoid_is_the_most_central_member():
+    vectors = np.array([[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]])
+    assert medoid(vectors, [0, 1, 2, 3]) in (1, 2)  # the two central ones tie
+    assert medoid(vectors, [0, 1, 2, 3]) == 1  # ties go to the better-ranked passage
+    assert medoid(vectors, [0, 1, 2]) == 1
+    assert medoid(vectors, [2, 3]) == 2
+
+
+def test_program_keeps_medoids_and_cites_their_passages(use_lm):
+    # Fred's middle candidate (p3 here) is the medoid: p1 and p2 lean in different directions.
+    fred = {"Fred a": [1.0, 0.3, 0.0, 0.0], "Fred b": [1.0, 0.0, 0.3, 0.0],
+            "Fred c": [1.0, 0.15, 0.15, 0.0]}
+    use_lm(_lm())
+    retriever = RecordingRetriever(PASSAGES)
+    out = VerDICt(retriever, n_passages=9,
+                  encoder=FakeEncoder({**fred, **PERCY, **RON}))(question=QUESTION)
+    got = {(i["answer"], tuple(i["passages"])) for i in out.interpretations}
+    assert ("James Phelps", ("p3",)) in got
+    assert {a for a, _ in got} == {"James Phelps", "Chris Rankin"}  # Ron is noise: dropped
+    for interp in out.interpretations:
+        assert retriever.get(interp["passages"][0]) is not None
+    medoids = [c for c in out.candidates if c["medoid"]]
+    assert len(medoids) == 2
+    fred_labels = {c["cluster"] for c in out.candidates if c["answer"] == "James Phelps"}
+    assert len(fred_labels) == 1 and fred_labels != {-1}
+    assert [c["cluster"] for c in out.candidates if c["answer"] == "Rupert Grint"] == [-1]
+
+
+def test_long_answer_reads_only_the_cited_passages(use_lm):
+    lm = use_lm(_lm())
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9,
+                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    assert out.answer == "Several Weasleys were played by different actors."
+    (inputs,) = [inp for key, inp in lm.engine.calls if key == "WriteLongAnswer"]
+    cited = {pid for i in out.interpretations for pid in i["passages"]}
+    for p in PASSAGES:
+        assert (f"text of {p.id}" in inputs["passages"]) == (p.id in cited)
+    assert "James Phelps" in inputs["interpretations"]
+
+
+@pytest.mark.parametrize(("mode", "answers"), [
+    ("recall", ["James Phelps", "Chris Rankin", "Rupert Grint"]),  # the outlier survives
+    ("balanced", ["James Phelps", "Chris Rankin"]),  # the outlier is dropped
+])
+def test_conservativeness_changes_noise_handling(use_lm, mode, answers):
+    use_lm(_lm())
+    prog = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, conservativeness=mode,
+                   encoder=FakeEncoder(VECTORS))
+    assert prog.config()["conservativeness"] == mode
+    out = prog(question=QUESTION)
+    assert [i["answer"] for i in out.interpretations] == answers
+    ron = [c for c in out.candidates if c["answer"] == "Rupert Grint"]
+    assert ron[0]["cluster"] == -1 and ron[0]["medoid"] is (mode == "recall")
+
+
+def test_precision_merges_close_clusters():
+    close_a = [[1.0, 0.2, 0.0, 0.0], [1.0, 0.21, 0.01, 0.0], [1.0, 0.19, 0.0, 0.01]]
+    close_b = [[1.0, -0.2, 0.0, 0.0], [1.0, -0.21, 0.01, 0.0], [1.0, -0.19, 0.0, 0.01]]
+    outlier = [[0.0, 0.0, 0.0, 1.0]]
+    vectors = np.array(close_a + close_b + outlier)
+    labels, chosen = consolidate(vectors, 2, "balanced")
+    assert len(chosen) == 2 and labels[-1] == -1
+    labels, chosen = consolidate(vectors, 2, "precision")
+    assert len(chosen) == 1 and len(set(labels[:6])) == 1 and labels[-1] == -1
+    labels, chosen = consolidate(vectors, 2, "recall")
+    assert len(chosen) == 3 and chosen[-1] == 6
+    # far-apart clusters are never merged
+    groups = merge_close_clusters(np.eye(3), [[0], [1], [2]])
+    assert sorted(groups) == [[0], [1], [2]]
+
+
+def test_no_cluster_keeps_the_overall_medoid_unless_recall():
+    vectors = np.eye(3)  # three unrelated candidates
+    assert consolidate(vectors, 2, "recall")[1] == [0, 1, 2]
+    assert consolidate(vectors, 2, "balanced")[1] == [0]
+    assert consolidate(vectors, 3, "precision")[1] == [0]
+    assert consolidate(np.eye(2), 3, "balanced") == ([-1, -1], [0])  # fewer than a cluster
+
+
+def test_unparseable_reply_drops_only_that_passage(use_lm):
+    pairs = dict(PAIRS)
+    pairs["p2"] = "garbled output with no fields at all"
+    use_lm(_lm(pairs))
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9,
+                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    assert out.n_dropped == 1 and out.n_abstained == 2
+    assert [c["passage"] for c in out.candidates] == ["p1", "p3", "p4", "p5", "p6", "p7"]
+    assert any("verdict.interpret[p2]" in e for e in out.trace["events"])
+    assert {i["answer"] for i in out.interpretations} == {"James Phelps", "Chris Rankin"}
+
+
+def test_all_abstain_falls_back_to_closed_book_ungrounded(use_lm):
+    lm = use_lm(_lm({pid: None for pid in PAIRS}))
+    encoder = FakeEncoder(VECTORS)
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(
+        question=QUESTION)
+    assert out.interpretations == [] and out.candidates == []
+    assert out.grounded is False and out.n_abstained == 9
+    assert out.answer == "From memory: Rupert Grint played Ron."
+    assert lm.engine.count("ClosedBookLongAnswer") == 1
+    assert lm.engine.count("WriteLongAnswer") == 0
+    assert encoder.calls == []
+    assert any("closed-book" in e for e in out.trace["events"])
+
+
+def test_single_candidate_skips_clustering(use_lm):
+    pairs = {pid: None for pid in PAIRS}
+    pairs["p4"] = ("Who played Percy a?", "Chris Rankin")
+    use_lm(_lm(pairs))
+    encoder = FakeEncoder(VECTORS)
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(
+        question=QUESTION)
+    assert encoder.calls == []
+    assert out.interpretations == [{"question": "Who played Percy a?", "answer": "Chris Rankin",
+                                    "passages": ["p4"]}]
+    assert out.candidates[0]["cluster"] == 0 and out.candidates[0]["medoid"] is True
+
+
+def test_failed_relaxation_searches_the_question(use_lm):
+    use_lm(_lm(RelaxQuery="no fields"))
+    retriever = RecordingRetriever(PASSAGES)
+    out = VerDICt(retriever, n_passages=3, encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    assert retriever.calls == [(QUESTION, 3)]
+    assert out.relaxed_query == QUESTION
+    assert any("verdict.relax" in e for e in out.trace["events"])
+
+
+def test_short_mode_writes_no_long_answer(use_lm):
+    lm = use_lm(_lm())
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, long_answer=False,
+                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    assert lm.engine.count("WriteLongAnswer") == 0
+    assert "James Phelps" in out.answer and "Chris Rankin" in out.answer
+
+
+def test_duplicate_pairs_are_kept_once(use_lm):
+    pairs = {pid: ("Who played Ron?", "Rupert Grint") for pid in PAIRS}
+    use_lm(_lm(pairs))
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, conservativeness="recall",
+                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    assert [i["answer"] for i in out.interpretations] == ["Rupert Grint"]
+
+
+def test_config_and_registry():
+    prog = build_program("verdict", retriever=RecordingRetriever(PASSAGES), n_passages=6)
+    assert isinstance(prog, VerDICt)
+    assert prog.config() == {"n_passages": 6, "min_cluster_size": 2,
+                             "conservativeness": "balanced", "long_answer": True}
+    assert VerDICt().config()["n_passages"] == 20
+    # the LM steps an optimizer can tune, by name
+    assert [n for n, _ in prog.named_predictors()] == [
+        "relax", "interpret", "write_long_answer.write", "closed_book.answer"]
+
+
+@pytest.mark.parametrize("bad", [{"min_cluster_size": 1}, {"min_cluster_size": 2.5},
+                                 {"conservativeness": "aggressive"}, {"n_passages": 0},
+                                 {"n_passages": True}])
+def test_bad_settings_are_clear_errors(bad):
+    with pytest.raises(ConfigError):
+        VerDICt(**bad)
+
+
+def test_missing_retriever_is_a_clear_error(use_lm):
+    use_lm(_lm())
+    with pytest.raises(ConfigError, match="needs a retriever"):
+        VerDICt(encoder=FakeEncoder(VECTORS))(question=QUESTION)
