@@ -32,7 +32,7 @@ from dspy.utils.callback import BaseCallback
 class CallRecord:
     """One LM call, retriever call or degradation event."""
 
-    kind: str  # "lm" | "retrieval" | "event"
+    kind: str  # "lm" | "retrieval" | "compute" | "event"
     module: str = ""
     model: str = ""
     input_tokens: int = 0
@@ -100,6 +100,10 @@ class CostTrace:
         return sum(r.latency_s for r in self.records if r.kind == "lm")
 
     @property
+    def compute_s(self) -> float:
+        return sum(r.latency_s for r in self.records if r.kind == "compute")
+
+    @property
     def wall_s(self) -> float:
         end = self.finished if self.finished is not None else time.perf_counter()
         return end - self.started
@@ -135,6 +139,7 @@ class CostTrace:
             "truncated_calls": self.truncated_calls,
             "lm_errors": self.lm_errors,
             "lm_latency_s": round(self.lm_latency_s, 3),
+            "encoder_s": round(self.compute_s, 3),
             "wall_s": round(self.wall_s, 3),
             "critical_path_s": round(self.critical_path_s, 3),
             "calls_by_module": self.by_module(),
@@ -184,6 +189,13 @@ def module_scope(name: str) -> Iterator[None]:
 def record_retrieval(retriever: str, query: str, k: int, start: float, end: float) -> None:
     _emit(CallRecord(kind="retrieval", module=retriever, latency_s=end - start, start=start,
                      end=end, detail=f"k={k} q={query[:80]!r}"))
+
+
+def record_compute(module: str, start: float, end: float, detail: str = "") -> None:
+    """Record local compute on the critical path (sentence-encoder batches), so critical-path
+    time counts the work a program really waits for, not only LM and retriever calls."""
+    _emit(CallRecord(kind="compute", module=module, latency_s=end - start, start=start, end=end,
+                     detail=detail))
 
 
 def record_event(module: str, detail: str) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ambiqa.errors import ModelError
+from ambiqa.tracing import record_compute
 from ambiqa.types import SharedResource
 
 _LOCK = threading.Lock()
@@ -54,10 +56,12 @@ class SentenceEncoder(SharedResource):
         """Unit-length embeddings, shape (len(texts), dim); cosine = dot product."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        start = time.perf_counter()
         with self._lock:  # torch modules are not re-entrant across threads
             vecs = self.model.encode(list(texts), batch_size=batch_size,
                                      normalize_embeddings=True, show_progress_bar=False,
                                      convert_to_numpy=True)
+        record_compute("encoder", start, time.perf_counter(), f"{len(texts)} texts")
         return np.asarray(vecs, dtype=np.float32)
 
     @property
