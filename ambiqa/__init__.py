@@ -1,7 +1,7 @@
 """ambiqa: declarative, optimizable DSPy programs for ambiguous and multi-hop question answering.
 
 Importing ambiqa is cheap and offline: heavy libraries (DSPy, torch, colbert-ai) load on first
-use. Two environment defaults are set here, before anything imports LiteLLM or DSPy:
+use. Environment defaults are set here, before anything imports LiteLLM or DSPy:
 ``LITELLM_LOCAL_MODEL_COST_MAP`` (otherwise LiteLLM fetches a price list over the network at
 import) and ``DSPY_CACHEDIR`` (DSPy's response cache goes under ambiqa's cache directory).
 """
@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Busy-waiting OpenMP threads make small torch ops ~100x slower on a shared 2-core machine
+# (measured: a ColBERT searcher took 248 s to load instead of 9 s). Must precede torch's import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault(

@@ -79,19 +79,48 @@ def use_lm():
 
 
 @pytest.fixture(scope="session")
-def colbert_retriever(tmp_path_factory, corpus_passages):
-    """A real ColBERT index over a slice of the shared corpus (built once per session).
+def colbert_gold_questions(shared_data, corpus_passages):
+    """Five NQ-oracle questions whose gold passage is in the corpus (matched by exact text).
 
-    The slice holds the first 1,500 corpus passages plus every NQ-oracle gold passage that
-    the integration tests ask about, so retrieval is non-trivial but quick to index.
+    ``[(question, gold passage id)]``; the ColBERT test slice always contains these passages.
+    """
+    by_text = {(p.title, p.text): p.id for p in corpus_passages}
+    found = []
+    with open(shared_data / "nq" / "oracle.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            d = json.loads(line)
+            gold = d["ctxs"][0]
+            pid = by_text.get((gold["title"], gold["text"]))
+            if pid is not None:
+                found.append((d["question"], pid))
+            if len(found) == 5:
+                break
+    if len(found) < 5:
+        pytest.skip("fewer than 5 NQ-oracle gold passages found in the corpus")
+    return found
+
+
+@pytest.fixture(scope="session")
+def colbert_retriever(corpus_passages, colbert_gold_questions):
+    """A real ColBERT index over a slice of the shared corpus (built once, kept in the cache).
+
+    The slice holds the first 1,500 corpus passages plus the gold passages of
+    ``colbert_gold_questions``, so retrieval is non-trivial but quick to index (~1 min on 2
+    cores). A cached index is reused only if it was built from exactly this slice.
     """
     try:
         from ambiqa.retrieval.colbert import ColBERTRetriever
     except ImportError as exc:
         pytest.skip(f"ColBERT retriever unavailable: {exc}")
+    from ambiqa.errors import IndexError_
+
+    gold = {pid for _, pid in colbert_gold_questions}
+    head = corpus_passages[:1500]
+    in_head = {p.id for p in head}
+    passages = head + [p for p in corpus_passages if p.id in gold and p.id not in in_head]
     root = Path(os.environ["AMBIQA_CACHE"]) / "test-indexes"
-    name = "corpus-slice-1500"
+    name = "corpus-slice-1500-nq5"
     try:
-        return ColBERTRetriever.load(root, name)
-    except Exception:
-        return ColBERTRetriever.build(corpus_passages[:1500], index_root=root, name=name)
+        return ColBERTRetriever.load(root, name, corpus=passages)
+    except IndexError_:
+        return ColBERTRetriever.build(passages, index_root=root, name=name, progress=False)

@@ -109,13 +109,19 @@ def _write_identity(out: Path, final_path: Path) -> None:
     from colbert.infra.config import ColBERTConfig
     from colbert.modeling.hf_colbert import class_factory
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     base = minilm_path()
     config = ColBERTConfig(dim=DIM, doc_maxlen=DEFAULT_DOC_MAXLEN,
                            query_maxlen=DEFAULT_QUERY_MAXLEN, similarity="cosine",
                            checkpoint=str(base))
     hf_colbert_cls = class_factory(str(base))
-    model = hf_colbert_cls.from_pretrained(str(base), colbert_config=config)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "linear.weight newly initialized": we set it below
+    try:
+        model = hf_colbert_cls.from_pretrained(str(base), colbert_config=config)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     if model.config.hidden_size != DIM:
         raise ModelError(f"{base} has hidden size {model.config.hidden_size}, expected {DIM}")
     # transformers >= 5 needs post_init() for weights bookkeeping; harmless on 4.57.
