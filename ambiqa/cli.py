@@ -260,13 +260,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _load_for_export(path: str) -> Any:
     """Export needs the predictors, not the index: build the program without a retriever."""
-    from ambiqa.optimizers.artifact import read_artifact
+    from ambiqa.optimizers.artifact import load_program_state, read_artifact
     from ambiqa.programs.registry import build_program
 
     doc = read_artifact(path)
     m = doc["manifest"]
     program = build_program(m["program"], retriever=None, **(m.get("program_config") or {}))
-    program.load_state(doc["state"])
+    load_program_state(program, doc["state"], path)
     return program
 
 

@@ -121,6 +121,24 @@ def validate_artifact(doc: Any, path: Path | str = "<artifact>") -> None:
         raise ArtifactError(f"{path}: state must be an object")
 
 
+def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "<artifact>",
+                       ) -> None:
+    """Load DSPy state into ``program``, keeping each predictor's signature name.
+
+    DSPy rebuilds a signature from saved state as an anonymous ``StringSignature``; ambiqa's
+    cost traces and exports name predictors by their signature class, so the name is restored.
+    """
+    names = {n: p.signature.__name__ for n, p in program.named_predictors()}
+    try:
+        program.load_state(state)
+    except Exception as exc:  # DSPy raises various errors on a state that does not fit
+        raise ArtifactError(f"{path}: state does not fit program "
+                            f"{type(program).__name__}: {exc}") from exc
+    for name, predictor in program.named_predictors():
+        if name in names:
+            predictor.signature.__name__ = names[name]
+
+
 def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: Any = None,
                   strict_fingerprint: bool = False) -> Any:
     """Build the compiled program described by an artifact, ready to call.
@@ -159,10 +177,7 @@ def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: An
                 raise ArtifactError(msg, hint="rebuild the index from the same corpus or recompile")
             log.warning(msg)
     program = build_program(program_name, retriever=retriever, **config)
-    try:
-        program.load_state(doc["state"])
-    except Exception as exc:  # DSPy raises various errors on a state that does not fit
-        raise ArtifactError(f"{path}: state does not fit program {program_name!r}: {exc}") from exc
+    load_program_state(program, doc["state"], path)
     program.manifest = manifest
     if lm is not None:
         from ambiqa.lm import configure

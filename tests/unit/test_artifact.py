@@ -67,6 +67,10 @@ def test_compile_save_load_gives_same_outputs(tmp_path, use_lm, demo_retriever):
     assert [len(p.demos) for _, p in loaded.named_predictors()] == [
         len(p.demos) for _, p in compiled.named_predictors()]
     assert loaded.manifest["metric"] == "str-em"
+    # signature names survive DSPy's state round trip (traces and exports use them)
+    assert [p.signature.__name__ for _, p in loaded.named_predictors()] == [
+        "ClarifyFromPassages", "WriteLongAnswer"]
+    assert b.trace["calls_by_module"] == {"ClarifyFromPassages": 1, "WriteLongAnswer": 1}
 
 
 def test_labeled_compile_needs_no_lm_call(use_lm, demo_retriever):
