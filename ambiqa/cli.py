@@ -25,7 +25,8 @@ EXIT_USER_ERROR = 2
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    # emoji off: rich would turn dataset specs like "demo:train:3" into a train emoji
+    return Console(stderr=False, highlight=False, emoji=False)
 
 
 def _lm_from_args(args: argparse.Namespace) -> Any:
@@ -78,20 +79,24 @@ def _reader_from_args(args: argparse.Namespace) -> Any:
 
 
 def _print_prediction(pred: Any, console: Any) -> None:
-    console.print(f"[bold]Answer[/bold]\n{pred.answer}\n")
+    from rich.markup import escape  # model output and passages are data, never markup
+
+    console.print(f"[bold]Answer[/bold]\n{escape(pred.answer)}\n")
     if pred.interpretations:
         console.print("[bold]Interpretations[/bold]")
         for i, it in enumerate(pred.interpretations, 1):
             cites = ", ".join(it.get("passages") or []) or "no citation"
-            console.print(f"  {i}. {it['question']} → {it['answer']}  [dim]({cites})[/dim]")
+            console.print(f"  {i}. {escape(it['question'])} → {escape(it['answer'])}  "
+                          f"[dim]({escape(cites)})[/dim]")
     if pred.passages:
         console.print("\n[bold]Passages read[/bold]")
         for p in pred.passages[:10]:
-            console.print(f"  [{p['id']}] {p['title']}: {p['text'][:110]}…")
+            console.print(escape(f"  [{p['id']}] {p['title']}: {p['text'][:110]}…"))
     t = pred.trace
     console.print(f"\n[dim]{t['lm_calls']} LM calls, {t['input_tokens']}+{t['output_tokens']} "
                   f"tokens, {t['retriever_calls']} retriever calls, {t['wall_s']:.1f} s"
-                  + (f"; degraded steps: {t['events']}" if t["events"] else "") + "[/dim]")
+                  + (escape(f"; degraded steps: {t['events']}") if t["events"] else "")
+                  + "[/dim]")
 
 
 # --------------------------------------------------------------------------- commands
@@ -235,7 +240,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     console.print(f"[bold]{args.target}[/bold] on {args.data}: n={summary['n']}, "
                   f"errors={summary['n_errors']} (reader: {spec.reader})")
     for name, m in summary["metrics"].items():
-        console.print(f"  {name:10s} {m['mean']:.4f}  95% CI [{m['ci95'][0]:.4f}, "
+        console.print(f"  {name:10s} {m['mean']:.4f}  95% CI \\[{m['ci95'][0]:.4f}, "
                       f"{m['ci95'][1]:.4f}]")
     console.print(f"  cost/question: {summary['cost']}")
     return 0
@@ -315,7 +320,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # 5. load + ask
     loaded = ambiqa.load(artifact, retriever=retriever)
     question = args.question or load_dataset("demo:dev")[0].question
-    console.print(f"5/5 asking the loaded program: [italic]{question}[/italic]\n")
+    from rich.markup import escape
+
+    console.print(f"5/5 asking the loaded program: [italic]{escape(question)}[/italic]\n")
     pred = loaded(question=question)
     _print_prediction(pred, console)
     console.rule(f"demo finished in {time.perf_counter() - t_start:.0f} s")
