@@ -319,7 +319,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"4/5 exported prompts to [bold]{prompts_path}[/bold]")
     # 5. load + ask
     loaded = ambiqa.load(artifact, retriever=retriever)
-    question = args.question or load_dataset("demo:dev")[0].question
+    # the last dev question: not one the dev scoring just answered (that would be a cache hit)
+    question = args.question or load_dataset("demo:dev")[-1].question
     from rich.markup import escape
 
     console.print(f"5/5 asking the loaded program: [italic]{escape(question)}[/italic]\n")
