@@ -2,10 +2,11 @@
 
     python benchmarks/lm_speed.py [--models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b] [--threads 2]
 
-Sends the same ~600-token prompt to each model three times through ambiqa's engine (greedy,
-128 new tokens) and reports llama.cpp's own timings: prompt tokens/s (prefill; the first call
-has a cold prompt cache), generated tokens/s (decode) and wall seconds per call. Run the
-models one after another in one process so the ratio between them is measured side by side.
+Sends a ~600-token prompt to each model three times through ambiqa's engine (greedy, at most
+128 new tokens; the run number comes first so no call reuses a cached prefix) and reports
+llama.cpp's own timings: prompt tokens/s (prefill), generated tokens/s (decode) and wall
+seconds per call. The models run one after another in one process, so their ratio is
+measured side by side.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def measure(model: str, threads: int, runs: int = 3) -> dict:
     load_s = time.perf_counter() - t0
     rows = []
     for i in range(runs):
-        body = {"messages": [{"role": "user", "content": PROMPT + f" (run {i})"}],
+        # the run number goes first so no call reuses another's cached prompt prefix
+        body = {"messages": [{"role": "user", "content": f"Run {i}. " + PROMPT}],
                 "max_tokens": 128, "temperature": 0.0}
         t = time.perf_counter()
         out = server.handle_chat_completions(body)
@@ -45,6 +47,7 @@ def measure(model: str, threads: int, runs: int = 3) -> dict:
             "prefill_tok_s": round(statistics.median(r["prefill_tok_s"] for r in rows), 1),
             "decode_tok_s": round(statistics.median(r["decode_tok_s"] for r in rows), 1),
             "prompt_tokens": rows[0]["prompt_n"],
+            "decode_tokens": round(statistics.median(r["decode_n"] for r in rows)),
             "wall_s_per_call": round(statistics.median(r["wall_s"] for r in rows), 2)}
 
 
@@ -56,11 +59,12 @@ def main() -> None:
     results = [measure(m, args.threads) for m in args.models.split(",")]
     print(f"# LM speed ({time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, {args.threads} threads)\n")
-    print("| model | load s | prompt tokens | prefill tok/s | decode tok/s | wall s/call |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| model | load s | prompt tokens | prefill tok/s | tokens generated | decode tok/s "
+          "| wall s/call |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['model']} | {r['load_s']} | {r['prompt_tokens']} | {r['prefill_tok_s']} | "
-              f"{r['decode_tok_s']} | {r['wall_s_per_call']} |")
+              f"{r['decode_tokens']} | {r['decode_tok_s']} | {r['wall_s_per_call']} |")
     print("\n" + json.dumps(results))
 
 
