@@ -178,3 +178,31 @@ def scripted_lm(handlers: Mapping[str, Handler], *, delay_s: float = 0.0,
 
     engine = ScriptedEngine(handlers, delay_s=delay_s, default=default)
     return dspy.LM("scripted/fake", engine=engine, cache=False, num_retries=0)
+
+
+class RecordingRetriever:
+    """Wrap a retriever and remember every query it is asked (to pin retrieval control flow)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "recording")
+        self.queries: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+    def search(self, query: str, k: int = 5) -> list:
+        with self._lock:
+            self.queries.append(query)
+        return self.inner.search(query, k)
+
+    def batch_search(self, queries: list[str], k: int = 5) -> list:
+        return [self.search(q, k) for q in queries]
+
+    def get(self, pid: str) -> Any:
+        return self.inner.get(pid)
+
+    def __deepcopy__(self, memo: dict) -> RecordingRetriever:
+        return self

@@ -48,6 +48,21 @@ class CallRecord:
         return asdict(self)
 
 
+def union_length(spans: list[tuple[float, float]]) -> float:
+    """Total length covered by time intervals, overlaps counted once."""
+    total, cur_start, cur_end = 0.0, 0.0, None
+    for s, e in sorted(spans):
+        if cur_end is None or s > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
 @dataclass
 class CostTrace:
     """The records of one block of work, with totals.
@@ -110,18 +125,8 @@ class CostTrace:
 
     @property
     def critical_path_s(self) -> float:
-        spans = sorted((r.start, r.end) for r in self.records if r.kind != "event" and r.end > 0)
-        total, cur_start, cur_end = 0.0, None, None
-        for s, e in spans:
-            if cur_end is None or s > cur_end:
-                if cur_end is not None:
-                    total += cur_end - cur_start
-                cur_start, cur_end = s, e
-            else:
-                cur_end = max(cur_end, e)
-        if cur_end is not None:
-            total += cur_end - cur_start
-        return total
+        return union_length([(r.start, r.end) for r in self.records
+                             if r.kind != "event" and r.end > 0])
 
     def by_module(self) -> dict[str, int]:
         counts: dict[str, int] = {}

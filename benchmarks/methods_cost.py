@@ -50,6 +50,7 @@ for _p in (str(ROOT), str(HERE)):
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before DSPy loads)
 from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
+from ambiqa.tracing import union_length  # noqa: E402
 
 AMBIGUOUS = ("closed_book", "vanilla_rag", "query_refinement", "diva", "toc", "verdict", "eor")
 MULTIHOP = ("resp", "ircot")
@@ -66,21 +67,6 @@ BM25_INDEX = "wiki-bm25"
 def lm_slug(spec: str) -> str:
     """File-name-safe name of an LM spec: ``embedded:qwen2.5-coder-0.5b`` -> ``embedded-...``."""
     return "".join(c if c.isalnum() or c in "._" else "-" for c in spec).strip("-") or "lm"
-
-
-def union_length(spans: list[tuple[float, float]]) -> float:
-    """Total length covered by the intervals (overlaps counted once)."""
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 def parse_program_configs(items: list[str]) -> dict[str, dict[str, Any]]:

@@ -124,3 +124,18 @@ def colbert_retriever(corpus_passages, colbert_gold_questions):
         return ColBERTRetriever.load(root, name, corpus=passages)
     except IndexError_:
         return ColBERTRetriever.build(passages, index_root=root, name=name, progress=False)
+
+
+@pytest.fixture()
+def retriever(request, record_property):
+    """The integration tests' retriever: the real ColBERT slice index when it can be built,
+    else the token-overlap retriever (recorded in the test report, so a run says which)."""
+    try:
+        found = request.getfixturevalue("colbert_retriever")
+        kind = "colbert"
+    except pytest.skip.Exception:
+        found = request.getfixturevalue("memory_retriever")
+        kind = "memory (token overlap; ColBERT retriever unavailable)"
+    record_property("retriever", kind)
+    print(f"retriever: {kind}")
+    return found

@@ -23,19 +23,6 @@ pytestmark = pytest.mark.integration
 QUESTION_INDEX = 2  # "Who plays charlie on it's always sunny?" (Charlie Kelly / Charlie Day)
 
 
-@pytest.fixture()
-def retriever(request, record_property):
-    try:
-        found = request.getfixturevalue("colbert_retriever")
-        kind = "colbert"
-    except pytest.skip.Exception:
-        found = request.getfixturevalue("memory_retriever")
-        kind = "memory (token overlap; ColBERT retriever unavailable)"
-    record_property("retriever", kind)
-    print(f"retriever: {kind}")
-    return found
-
-
 def test_diva_on_one_asqa_question(embedded_lm, use_lm, shared_data, retriever,
                                    record_property):
     from ambiqa.data.loaders import load_asqa

@@ -26,19 +26,6 @@ def first_hotpotqa_question(shared_data) -> tuple[str, list[str]]:
     return rec["question_text"], answers
 
 
-@pytest.fixture()
-def retriever(request, record_property):
-    try:
-        found = request.getfixturevalue("colbert_retriever")
-        kind = "colbert"
-    except pytest.skip.Exception:
-        found = request.getfixturevalue("memory_retriever")
-        kind = "memory (token overlap; ColBERT retriever unavailable)"
-    record_property("retriever", kind)
-    print(f"retriever: {kind}")
-    return found
-
-
 def test_resp_on_one_hotpotqa_question(embedded_lm, use_lm, shared_data, retriever,
                                        record_property):
     from ambiqa.lm import FAST_MODEL, make_lm

@@ -20,19 +20,6 @@ from ambiqa.programs.toc import TreeOfClarifications
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture()
-def retriever(request, record_property):
-    try:
-        found = request.getfixturevalue("colbert_retriever")
-        kind = "colbert"
-    except pytest.skip.Exception:
-        found = request.getfixturevalue("memory_retriever")
-        kind = "memory (token overlap; ColBERT retriever unavailable)"
-    record_property("retriever", kind)
-    print(f"retriever: {kind}")
-    return found
-
-
 def first_asqa_question(shared_data) -> str:
     with open(shared_data / "asqa" / "dev.json", encoding="utf-8") as fh:
         return json.load(fh)[0]["ambiguous_question"]

@@ -18,14 +18,6 @@ from ambiqa.programs.verdict import VerDICt
 N_PASSAGES = 6
 
 
-@pytest.fixture()
-def retriever(request):
-    try:
-        return request.getfixturevalue("colbert_retriever")
-    except pytest.skip.Exception:
-        return request.getfixturevalue("memory_retriever")
-
-
 @pytest.mark.integration
 def test_verdict_one_asqa_question(embedded_lm, use_lm, shared_data, retriever):
     use_lm(embedded_lm)

@@ -10,7 +10,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.programs.ircot import IRCoT, first_sentence, says_answer
 from ambiqa.programs.registry import build_program
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import RecordingRetriever, scripted_lm
 from ambiqa.types import Passage
 
 Q = "What is the capital of the country where the Eiffel Tower stands?"
@@ -27,22 +27,12 @@ PASSAGES = [
 ]
 
 
-class RecordingRetriever(InMemoryRetriever):
-    def __init__(self, passages):
-        super().__init__(passages)
-        self.queries: list[str] = []
-
-    def search(self, query, k=5):
-        self.queries.append(query)
-        return super().search(query, k)
-
-
 def run(use_lm, reason, max_steps=4, k=2, max_passages=15, read=None):
     lm = use_lm(scripted_lm({
         "NextReasoningStep": reason,
         "AnswerFromReasoning": read or {"answer": "Paris"},
     }))
-    retriever = RecordingRetriever(PASSAGES)
+    retriever = RecordingRetriever(InMemoryRetriever(PASSAGES))
     out = IRCoT(retriever, k=k, max_steps=max_steps, max_passages=max_passages)(question=Q)
     return lm, retriever, out
 
@@ -132,7 +122,7 @@ def test_unparseable_reader_gives_empty_answer(use_lm):
 def test_registered_and_serializable(use_lm):
     use_lm(scripted_lm({"NextReasoningStep": {"next_sentence": S_END},
                         "AnswerFromReasoning": {"answer": "Paris"}}))
-    prog = build_program("ircot", retriever=RecordingRetriever(PASSAGES), k=2)
+    prog = build_program("ircot", retriever=RecordingRetriever(InMemoryRetriever(PASSAGES)), k=2)
     assert prog.answer_style == "short"
     assert prog.config() == {"k": 2, "max_steps": 4, "max_passages": 15}
     out = prog(question=Q)
@@ -143,4 +133,4 @@ def test_registered_and_serializable(use_lm):
 @pytest.mark.parametrize("kwargs", [{"k": 0}, {"max_steps": 0}, {"max_passages": -1}])
 def test_bad_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
-        IRCoT(RecordingRetriever(PASSAGES), **kwargs)
+        IRCoT(RecordingRetriever(InMemoryRetriever(PASSAGES)), **kwargs)

@@ -10,7 +10,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.programs.registry import build_program
 from ambiqa.programs.resp import ReSP, normalize_question
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import RecordingRetriever, scripted_lm
 from ambiqa.types import Passage
 
 Q = "What is the capital of the country where the Eiffel Tower stands?"
@@ -26,18 +26,6 @@ PASSAGES = [
 
 SIGS = ("SummarizeGlobalEvidence", "SummarizeLocalPathway", "JudgeSufficiency",
         "PlanNextQuestion", "AnswerFromMemories")
-
-
-class RecordingRetriever(InMemoryRetriever):
-    """Token-overlap retriever that remembers every query it was asked."""
-
-    def __init__(self, passages):
-        super().__init__(passages)
-        self.queries: list[str] = []
-
-    def search(self, query, k=5):
-        self.queries.append(query)
-        return super().search(query, k)
 
 
 def handlers(**over):
@@ -58,7 +46,7 @@ def counts(lm) -> dict[str, int]:
 
 def run(use_lm, max_iter=3, k=2, **over):
     lm = use_lm(scripted_lm(handlers(**over)))
-    retriever = RecordingRetriever(PASSAGES)
+    retriever = RecordingRetriever(InMemoryRetriever(PASSAGES))
     out = ReSP(retriever, k=k, max_iter=max_iter)(question=Q)
     return lm, retriever, out
 
@@ -219,7 +207,8 @@ def test_unparseable_local_summary_is_unknown(use_lm):
 
 def test_prediction_is_json_serializable_and_registered(use_lm):
     use_lm(scripted_lm(handlers()))
-    prog = build_program("resp", retriever=RecordingRetriever(PASSAGES), k=2, max_iter=2)
+    prog = build_program("resp", retriever=RecordingRetriever(InMemoryRetriever(PASSAGES)), k=2,
+                         max_iter=2)
     assert prog.answer_style == "short" and prog.config() == {"k": 2, "max_iter": 2}
     out = prog(question=Q)
     json.dumps({k: out[k] for k in ("trajectory", "iterations", "interpretations",
@@ -230,7 +219,7 @@ def test_prediction_is_json_serializable_and_registered(use_lm):
                                     {"k": True}])
 def test_bad_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
-        ReSP(RecordingRetriever(PASSAGES), **kwargs)
+        ReSP(RecordingRetriever(InMemoryRetriever(PASSAGES)), **kwargs)
 
 
 def test_missing_retriever_is_clear(use_lm):
