@@ -90,4 +90,3 @@ def test_eor_on_one_nq_question(embedded_lm, use_lm, nq_record, bm25, wiki, reco
     assert out.trace["calls_by_module"].get("ShortAnswer", 0) >= len(POOL)
     assert out.trace["retriever_calls"] >= 2
     assert "ReFree" not in out.member_passages or out.member_passages["ReFree"] == []
-    assert elapsed < 180
