@@ -120,17 +120,27 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         i, ex = item
         row: dict[str, Any] = {"id": example_id(ex, i), "question": ex.question}
         t0 = time.perf_counter()
+        # The program's own cost is traced apart from scoring: an LM reader's calls for D-F1
+        # are evaluation cost, not the program's.
         with track() as trace:
             try:
                 pred = program(question=ex.question)
-                row["prediction"] = _prediction_dict(pred)
-                row["metrics"] = {name: float(fn(ex, pred)) for name, fn in metrics.items()}
-                row["error"] = None
+                row["prediction"], row["error"] = _prediction_dict(pred), None
             except Exception as exc:  # one failing example is recorded, not fatal
-                row["prediction"], row["metrics"] = None, {}
+                pred, row["prediction"], row["metrics"] = None, None, {}
                 row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         row["cost"] = trace.summary()
         row["wall_s"] = round(time.perf_counter() - t0, 3)
+        if pred is not None:
+            with track() as scoring:
+                try:
+                    row["metrics"] = {name: float(fn(ex, pred)) for name, fn in metrics.items()}
+                except Exception as exc:
+                    row["metrics"] = {}
+                    row["error"] = f"scoring failed: {type(exc).__name__}: {exc}"[:500]
+            row["scoring_cost"] = {"lm_calls": scoring.lm_calls,
+                                   "input_tokens": scoring.input_tokens,
+                                   "output_tokens": scoring.output_tokens}
         return row
 
     from ambiqa.parallel import run_parallel
@@ -182,16 +192,26 @@ def _prepare_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFi
         if not resume:
             raise ConfigError(f"{out_dir} already holds a run",
                               hint="pass --resume to continue it, or choose another --out")
-        if spec is not None and (old.get("program"), old.get("data")) != (spec.program,
-                                                                          spec.data):
+        if spec is not None and (old.get("program"), _base(old.get("data", ""))) != (
+                spec.program, _base(spec.data)):
             raise ConfigError(
                 f"{out_dir} holds a run of {old.get('program')} on {old.get('data')}, "
                 f"not {spec.program} on {spec.data}; refusing to mix results",
                 hint="choose another --out")
         results.repair()
+        if spec is not None and old.get("data") != spec.data:  # same split, other size
+            atomic_write_json(meta, spec.to_dict())
     elif spec is not None:
         atomic_write_json(meta, spec.to_dict())
     return results
+
+
+def _base(data_spec: str) -> str:
+    """A data spec without its trailing example count: ``asqa:dev:50`` → ``asqa:dev``.
+
+    Resuming may extend a run to more examples of the same split, never mix two splits."""
+    head, _, tail = str(data_spec).rpartition(":")
+    return head if head and tail.isdigit() else str(data_spec)
 
 
 def bootstrap_ci(values: list[float], n: int = 1000, seed: int = 0) -> tuple[float, float]:
