@@ -254,9 +254,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     program = _load_for_export(args.artifact)
     text = render(export_prompts(program), args.format, manifest=doc["manifest"])
     if args.out:
-        from ambiqa.lm import _atomic_write_text
+        from ambiqa.fsutil import atomic_write_text
 
-        _atomic_write_text(Path(args.out), text)
+        atomic_write_text(Path(args.out), text)
         print(f"wrote {args.out}")
     else:
         print(text)
@@ -311,10 +311,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # 4. export
     prompts_path = out_dir / "demo-vanilla_rag.prompts.md"
     program = _load_for_export(str(artifact))
-    from ambiqa.lm import _atomic_write_text
+    from ambiqa.fsutil import atomic_write_text
     from ambiqa.optimizers.artifact import read_artifact
 
-    _atomic_write_text(prompts_path, render(export_prompts(program), "md",
+    atomic_write_text(prompts_path, render(export_prompts(program), "md",
                                             manifest=read_artifact(artifact)["manifest"]))
     console.print(f"4/5 exported prompts to [bold]{prompts_path}[/bold]")
     # 5. load + ask

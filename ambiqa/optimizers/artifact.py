@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.fsutil import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +36,12 @@ REQUIRED_MANIFEST_KEYS = ("program", "program_config", "ambiqa_version", "lm", "
 TOP_LEVEL_KEYS = {"format", "schema_version", "manifest", "state"}
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write JSON next to ``path`` then rename over it: readers see old or new, never half."""
-    path = Path(path)
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically write ``obj``; an OS failure (disk full, no permission) becomes a clear
+    :class:`ArtifactError`, and the previous file, if any, is left as it was."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_write_json(path, obj)
     except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)  # type: ignore[possibly-undefined]
-        except (OSError, UnboundLocalError):
-            pass
         raise ArtifactError(f"cannot write {path}: {exc.strerror or exc}",
                             hint="check the directory exists, is writable and has space") from exc
 
@@ -70,7 +59,7 @@ def save_artifact(path: str | os.PathLike[str], program: Any, manifest: dict[str
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"program state is not JSON-serializable: {exc}") from exc
     path = Path(path)
-    atomic_write_json(path, doc)
+    write_json(path, doc)
     return path
 
 

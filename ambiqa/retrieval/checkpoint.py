@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ModelError
+from ambiqa.fsutil import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def _write_identity(out: Path, final_path: Path) -> None:
     metadata = {k: v for k, v in config.export().items() if k not in _RUN_KEYS}
     metadata["checkpoint"] = str(final_path)
     metadata["meta"] = {"version": "colbert-v0.4", "built_by": "ambiqa"}
-    _atomic_json(out / "artifact.metadata", metadata)
+    atomic_write_json(out / "artifact.metadata", metadata)
 
     if any(out.glob("*.bin")) or not (out / WEIGHTS_FILE).is_file():
         raise ModelError(f"checkpoint at {out} was not saved as safetensors")
@@ -151,7 +152,7 @@ def _write_identity(out: Path, final_path: Path) -> None:
         "similarity": "cosine",
         "weights_sha256": _sha256(out / WEIGHTS_FILE),
     }
-    _atomic_json(out / INFO_FILE, info)
+    atomic_write_json(out / INFO_FILE, info)
 
 
 def _check_identity_weights(weights: Path) -> None:
@@ -221,8 +222,3 @@ def _sha256(path: Path) -> str:
             h.update(block)
     return h.hexdigest()
 
-
-def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

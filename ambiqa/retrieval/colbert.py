@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, ConfigError, DataError, IndexError_
+from ambiqa.fsutil import atomic_write_json
 from ambiqa.retrieval.base import check_query, timed_search
 from ambiqa.types import Passage, SharedResource
 
@@ -668,7 +669,7 @@ class ColBERTRetriever(SharedResource):
                 "ambiqa_version": _ambiqa_version(),
                 "text_format": "title | text",
             }
-            _atomic_json(tmp / MANIFEST, manifest)  # last: only now is the build complete
+            atomic_write_json(tmp / MANIFEST, manifest)  # last: only now is the build complete
             target = index_root / name
             _swap_into_place(tmp, target)
         except BaseException:
@@ -925,12 +926,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _ambiqa_version() -> str:

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ambiqa.errors import IndexError_
+from ambiqa.fsutil import atomic_write
 from ambiqa.retrieval.base import check_query, timed_search
 from ambiqa.types import Passage, SharedResource
 
@@ -37,22 +36,6 @@ EMBEDDINGS = "embeddings.npy"
 
 
 # ---- small persistence helpers (shared with bm25.py) ---------------------------------------
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Write ``path`` through a temp file in the same directory, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
-        with os.fdopen(fd, mode, **kwargs) as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_passages(path: Path, passages: Iterable[Passage]) -> None:
     def _write(fh: Any) -> None:
         for p in passages:

@@ -154,7 +154,7 @@ def test_failed_save_keeps_the_old_artifact_and_leaves_no_temp(tmp_path, demo_re
     def disk_full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("ambiqa.optimizers.artifact.os.fsync", disk_full)
+    monkeypatch.setattr("ambiqa.fsutil.os.fsync", disk_full)
     with pytest.raises(ArtifactError, match="No space left"):
         save_artifact(path, VanillaRAG(demo_retriever, k=9), _manifest(demo_retriever))
     assert path.read_bytes() == before

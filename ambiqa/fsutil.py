@@ -1,0 +1,42 @@
+"""Atomic file writes, used for everything ambiqa persists.
+
+A write goes to a temporary file in the target's directory, is flushed to disk, and is then
+renamed over the target, so a reader (or a run resumed after a kill) sees the old file or the
+new one, never a half-written one. A failed write removes its temporary file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None],
+                 mode: str = "w") -> None:
+    """Write ``path`` by calling ``write(file)`` on a temp file, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
+        with os.fdopen(fd, mode, **kwargs) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    atomic_write(path, lambda fh: fh.write(text))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n"))
