@@ -185,12 +185,11 @@ class XLlamaEngine:
         p.api_keys = [secrets.token_urlsafe(32)]
         p.endpoint_metrics = False
         p.endpoint_slots = False
-        p.verbosity = -1
+        p.verbosity = -1  # llama.cpp otherwise logs every request to stderr
         p.warmup = False
         for key, value in self.settings.extra.items():
             setattr(p, key, value)
-        with _quiet_stderr():
-            self._server = xllamacpp.Server(p)
+        self._server = xllamacpp.Server(p)
         return self._server
 
     def _to_messages(self, request: Any) -> list[dict[str, str]]:
@@ -220,8 +219,7 @@ class XLlamaEngine:
             body["seed"] = cfg.seed
         with self._lock:
             server = self._ensure_server()
-            with _quiet_stderr():
-                raw = server.handle_chat_completions(body)
+            raw = server.handle_chat_completions(body)
         if not isinstance(raw, dict) or "choices" not in raw:
             raise RuntimeError(f"embedded LM returned an error: {str(raw)[:300]}")
         choice = raw["choices"][0]
@@ -248,45 +246,6 @@ class XLlamaEngine:
     def close(self) -> None:
         with self._lock:
             self._server = None
-
-
-class _quiet_stderr:
-    """Silence llama.cpp's C-level logging (it writes every request to fd 2).
-
-    Only used around model load and generation; the redirect is process-wide, so it is
-    skipped when ``AMBIQA_LLAMA_LOG=1`` is set for debugging.
-    """
-
-    _lock = threading.Lock()
-    _depth = 0
-    _saved: int | None = None
-
-    def __enter__(self) -> None:
-        if os.environ.get("AMBIQA_LLAMA_LOG") == "1":
-            return
-        with _quiet_stderr._lock:
-            if _quiet_stderr._depth == 0:
-                try:
-                    import sys
-
-                    sys.stderr.flush()
-                    _quiet_stderr._saved = os.dup(2)
-                    devnull = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(devnull, 2)
-                    os.close(devnull)
-                except OSError:
-                    _quiet_stderr._saved = None
-            _quiet_stderr._depth += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        if os.environ.get("AMBIQA_LLAMA_LOG") == "1":
-            return
-        with _quiet_stderr._lock:
-            _quiet_stderr._depth -= 1
-            if _quiet_stderr._depth == 0 and _quiet_stderr._saved is not None:
-                os.dup2(_quiet_stderr._saved, 2)
-                os.close(_quiet_stderr._saved)
-                _quiet_stderr._saved = None
 
 
 _ENGINES: dict[tuple, XLlamaEngine] = {}

@@ -250,7 +250,7 @@ class TraceCallback(BaseCallback):
     """DSPy callback that feeds :mod:`ambiqa.tracing` from every predictor and LM call."""
 
     def __init__(self) -> None:
-        self._starts: dict[str, tuple[float, str, contextvars.Token | None]] = {}
+        self._starts: dict[str, tuple[float, str]] = {}
         self._module_tokens: dict[str, contextvars.Token] = {}
         self._lock = threading.Lock()
 
@@ -275,12 +275,12 @@ class TraceCallback(BaseCallback):
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         _take_last()
         with self._lock:
-            self._starts[call_id] = (time.perf_counter(), getattr(instance, "model", ""), None)
+            self._starts[call_id] = (time.perf_counter(), getattr(instance, "model", ""))
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None):
         end = time.perf_counter()
         with self._lock:
-            start, model, _ = self._starts.pop(call_id, (end, "", None))
+            start, model = self._starts.pop(call_id, (end, ""))
         tin, tout, finish = _take_last()
         record_lm_call(CallRecord(
             kind="lm", module=_MODULE.get() or "direct", model=str(model), input_tokens=tin,

@@ -37,9 +37,10 @@ class CompileReport:
     cost: dict[str, Any] = field(default_factory=dict)
 
 
-def apply_labeled(program: dspy.Module, trainset: list[Any], k: int, seed: int) -> dict[str, int]:
-    """Give each labelable predictor ``k`` gold demos; return demo counts per predictor."""
-    pools = labeled_demos(trainset)
+def apply_labeled(program: dspy.Module, pools: dict[str, list[Any]], k: int,
+                  seed: int) -> dict[str, int]:
+    """Give each labelable predictor ``k`` gold demos from ``pools`` (signature name → demos,
+    see :func:`labeled_demos`); return demo counts per predictor."""
     rng = random.Random(seed)
     counts = {}
     for name, predictor in program.named_predictors():
@@ -65,15 +66,16 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             compiled = program
         elif optimizer == "labeled":
             compiled = program.deepcopy()
-            if not labeled_demos(trainset):
+            pools = labeled_demos(trainset)
+            if not pools:
                 raise ConfigError("no training example yields labeled demos",
                                   hint="ASQA-style data with qa_pairs and long answers is needed")
-            apply_labeled(compiled, trainset, k, seed)
+            apply_labeled(compiled, pools, k, seed)
         else:
             if metric is None:
                 raise ConfigError("bootstrap needs a metric (e.g. --metric d-f1)")
             teacher = program.deepcopy()
-            apply_labeled(teacher, trainset, k, seed)
+            apply_labeled(teacher, labeled_demos(trainset), k, seed)
 
             def passes(example, pred, trace=None):
                 score = metric(example, pred, trace)
