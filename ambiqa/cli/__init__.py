@@ -1,0 +1,52 @@
+"""The ``ambiqa`` command line.
+
+Sub-commands live in one module per concern (``retrieval_cmds``, ``eval_cmds``,
+``optimize_cmds``, ``run_cmds``), each with a ``register(sub)`` that adds its parsers; this
+module only assembles them and maps errors to exit codes.
+
+User errors (bad names, missing files, invalid artifacts) print one clear message and exit
+with status 2; there is no traceback unless ``AMBIQA_DEBUG=1``. Anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ambiqa.cli import eval_cmds, optimize_cmds, retrieval_cmds, run_cmds
+from ambiqa.errors import AmbiqaError
+
+EXIT_USER_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser: every module's sub-commands under one ``ambiqa`` program."""
+    parser = argparse.ArgumentParser(prog="ambiqa", description="ambiqa: ambiguous and "
+                                     "multi-hop retrieval-augmented QA with DSPy programs")
+    parser.add_argument("--version", action="version", version="ambiqa 0.1.0")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (retrieval_cmds, optimize_cmds, eval_cmds, run_cmds):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except AmbiqaError as exc:
+        if os.environ.get("AMBIQA_DEBUG") == "1":
+            raise
+        print(f"ambiqa: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("ambiqa: interrupted; finished work is kept (rerun with --resume where offered)",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

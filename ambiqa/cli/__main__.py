@@ -1,0 +1,7 @@
+"""``python -m ambiqa.cli``."""
+
+import sys
+
+from ambiqa.cli import main
+
+sys.exit(main())

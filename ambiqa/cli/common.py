@@ -1,0 +1,122 @@
+"""Helpers every ``ambiqa`` sub-command shares: LM, retriever, metrics, console, argument groups."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ConfigError
+
+
+def make_console():
+    from rich.console import Console
+
+    # emoji off: rich would turn dataset specs like "demo:train:3" into a train emoji
+    return Console(stderr=False, highlight=False, emoji=False)
+
+
+def lm_from_args(args: argparse.Namespace) -> Any:
+    from ambiqa.lm import configure, make_lm
+
+    lm = make_lm(args.lm, api_base=args.api_base, api_key_env=args.api_key_env,
+                 max_tokens=args.max_tokens, threads=args.lm_threads, cache=not args.no_cache)
+    return configure(lm)
+
+
+def retriever_from_args(args: argparse.Namespace, needed: bool = True) -> Any:
+    if not getattr(args, "index", None):
+        if needed:
+            raise ConfigError("this program needs a retriever",
+                              hint="pass --index NAME (build one with `ambiqa index CORPUS "
+                                   "--name NAME`)")
+        return None
+    from ambiqa.retrieval.factory import open_retriever
+
+    return open_retriever(args.index, root=Path(args.index_root) if args.index_root else None)
+
+
+def program_config(args: argparse.Namespace) -> dict[str, Any]:
+    raw = getattr(args, "program_config", None)
+    if not raw:
+        return {}
+    try:
+        cfg = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--program-config is not valid JSON: {exc.msg}") from exc
+    if not isinstance(cfg, dict):
+        raise ConfigError("--program-config must be a JSON object, e.g. '{\"k\": 5}'")
+    return cfg
+
+
+def metric_fns(names: list[str], reader: Any) -> dict[str, Any]:
+    from ambiqa.evaluation.registry import get_metric
+
+    fns = {}
+    for name in names:
+        fn = get_metric(name)
+        fns[name] = (lambda f: (lambda ex, pred: f(ex, pred, reader=reader)))(fn)
+    return fns
+
+
+def reader_from_args(args: argparse.Namespace) -> Any:
+    from ambiqa.evaluation.reader import make_reader
+
+    return make_reader(getattr(args, "reader", None))
+
+
+def print_prediction(pred: Any, console: Any) -> None:
+    from rich.markup import escape  # model output and passages are data, never markup
+
+    console.print(f"[bold]Answer[/bold]\n{escape(pred.answer)}\n")
+    if pred.interpretations:
+        console.print("[bold]Interpretations[/bold]")
+        for i, it in enumerate(pred.interpretations, 1):
+            cites = ", ".join(it.get("passages") or []) or "no citation"
+            console.print(f"  {i}. {escape(it['question'])} → {escape(it['answer'])}  "
+                          f"[dim]({escape(cites)})[/dim]")
+    if pred.passages:
+        console.print("\n[bold]Passages read[/bold]")
+        for p in pred.passages[:10]:
+            console.print(escape(f"  [{p['id']}] {p['title']}: {p['text'][:110]}…"))
+    t = pred.trace
+    console.print(f"\n[dim]{t['lm_calls']} LM calls, {t['input_tokens']}+{t['output_tokens']} "
+                  f"tokens, {t['retriever_calls']} retriever calls, {t['wall_s']:.1f} s"
+                  + (escape(f"; degraded steps: {t['events']}") if t["events"] else "")
+                  + "[/dim]")
+
+
+def program_or_artifact(args: argparse.Namespace, target: str | None) -> Any:
+    from ambiqa.optimizers.artifact import load_artifact
+    from ambiqa.programs.registry import build_program, program_class
+
+    if target and (target.endswith(".json") or Path(target).is_file()):
+        retriever = retriever_from_args(args, needed=False)
+        return load_artifact(target, retriever=retriever)
+    name = target or "vanilla_rag"
+    cls = program_class(name)
+    return build_program(name, retriever=retriever_from_args(args, cls.needs_retriever),
+                         **program_config(args))
+
+
+
+def add_lm_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LM")
+    g.add_argument("--lm", default=None,
+                   help="'embedded' (default, Qwen2.5-Coder-1.5B), 'embedded:qwen2.5-coder-0.5b'"
+                        " (fast), or provider/model for an endpoint (env AMBIQA_LM)")
+    g.add_argument("--api-base", default=None, help="endpoint URL (OpenAI-compatible servers)")
+    g.add_argument("--api-key-env", default=None,
+                   help="name of the environment variable holding the API key")
+    g.add_argument("--max-tokens", type=int, default=512)
+    g.add_argument("--lm-threads", type=int, default=None, help="embedded LM threads")
+    g.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
+
+
+def add_index_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", default=None, help="index name ([kind:]name, kind colbert|bm25|"
+                                                 "dense; default colbert)")
+    p.add_argument("--index-root", default=None, help="directory holding indexes")
+
+
