@@ -1,4 +1,5 @@
-"""Evaluation: metrics (pure functions), readers for Disambig-F1, and the metric registry.
+"""Evaluation: metrics (pure functions), readers for Disambig-F1, LM judges for the grounding
+metrics, the metric registry, the resumable runner, run reports and run comparison.
 
 Heavy libraries load on first use: rouge-score when ROUGE is computed, transformers when a
 QA checkpoint is opened, DSPy when the LM reader is built.
@@ -14,6 +15,7 @@ from ambiqa.evaluation.metrics import (
     g_f1,
     grounded_precision,
     grounded_recall,
+    lexical_match,
     mrecall_at_k,
     mrlr,
     mrwr,
@@ -25,6 +27,8 @@ from ambiqa.evaluation.metrics import (
     str_em,
     sufficient_rate,
     token_f1,
+    ungrounded_precision,
+    ungrounded_recall,
 )
 from ambiqa.evaluation.reader import HFQAReader, LMReader, Reader, make_reader
 from ambiqa.evaluation.registry import METRICS, dspy_metric, get_metric
@@ -34,5 +38,6 @@ __all__ = [
     "answer_recall_at_k", "disambig_f1", "dr_score", "dspy_metric", "exact_match", "g_f1",
     "get_metric", "grounded_precision", "grounded_recall", "make_reader", "mrecall_at_k",
     "mrlr", "mrwr", "normalize_answer", "num_interpretations", "recall_at_k", "rouge_lsum",
-    "rwr_matrix", "str_em", "sufficient_rate", "token_f1",
+    "rwr_matrix", "str_em", "sufficient_rate", "token_f1", "lexical_match",
+    "ungrounded_precision", "ungrounded_recall",
 ]

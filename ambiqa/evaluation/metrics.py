@@ -383,7 +383,8 @@ def _same_question(a: str, b: str) -> bool:
 
 
 def grounded_recall(predicted: Sequence[GroundedQA], gold: Sequence[GroundedQA], judge: Judge,
-                    same: Callable[[str, str], bool] = _same_question) -> float:
+                    same: Callable[[str, str], bool] = _same_question,
+                    pool: Sequence[str] | None = None) -> float:
     """G-Recall (VerDICt eq. 12/21-22), read literally.
 
     1. The grounded gold set is Q̄ = {q in predicted ∪ gold | V(q, p_q)}: the generated
@@ -396,11 +397,18 @@ def grounded_recall(predicted: Sequence[GroundedQA], gold: Sequence[GroundedQA],
        the passages its interpretations cite). A verified generated interpretation is
        recalled by construction; a gold one needs a model passage the judge accepts.
     3. G-Recall = recalled / |Q̄|; an empty Q̄ gives 0.0.
+
+    ``pool`` replaces the model's passages p̂ of step 2 (default: the union of the cited
+    passages). The registry passes the cited passages joined into one numbered text, so one
+    judge call checks a gold interpretation against all of them instead of one call each.
     """
     verified_pred = [p for p in predicted if is_grounded(p, judge)]
     model_passages: list[str] = []
-    for p in predicted:
-        model_passages.extend(t for t in p.passages if t not in model_passages)
+    if pool is not None:
+        model_passages = [t for t in pool if t.strip()]
+    else:
+        for p in predicted:
+            model_passages.extend(t for t in p.passages if t not in model_passages)
     grounded_gold = [
         g for g in gold
         if not any(same(g.question, p.question) for p in verified_pred) and is_grounded(g, judge)
@@ -419,6 +427,47 @@ def g_f1(precision: float, recall: float) -> float:
     if precision + recall <= 0:
         return 0.0
     return 2 * precision * recall / (precision + recall)
+
+
+#: ``match(question, candidates) -> bool``: does any candidate ask the same thing as
+#: ``question``? VerDICt's V(q, Q) of App. A eq. 17, one judgement against a whole list.
+Matcher = Callable[[str, Sequence[str]], bool]
+
+
+def lexical_match(question: str, candidates: Sequence[str], threshold: float = 0.6) -> bool:
+    """A cheap stand-in for VerDICt's LM matcher: SQuAD token F1 of the two questions.
+
+    Older ambiguous-QA scorers matched interpretations by lexical overlap above a threshold
+    (BLEU > tau, App. A eq. 16); token F1 >= ``threshold`` plays that role here without a
+    BLEU implementation. Reports must say which matcher produced an interpretation recall.
+    """
+    return any(token_f1(question, [c]) >= threshold for c in candidates if str(c).strip())
+
+
+def ungrounded_recall(predicted: Sequence[str], gold: Sequence[str],
+                      match: Matcher = lexical_match) -> float:
+    """(Ungrounded) interpretation recall, VerDICt App. A eq. 18.
+
+    The share of the annotated interpretations Q~ that ``match`` finds among the generated
+    ones Q^: ``1/|Q~| * sum V(q~, Q^)``. No check that any passage supports them, which is
+    why VerDICt calls it ungrounded. No gold interpretations -> 0.0; no generated ones -> 0.0.
+    """
+    gold = [g for g in gold if str(g).strip()]
+    preds = [q for q in predicted if str(q).strip()]
+    if not gold or not preds:
+        return 0.0
+    return sum(bool(match(g, preds)) for g in gold) / len(gold)
+
+
+def ungrounded_precision(predicted: Sequence[str], gold: Sequence[str],
+                         match: Matcher = lexical_match) -> float:
+    """(Ungrounded) interpretation precision, VerDICt App. A eq. 14: the share of generated
+    interpretations that match some annotated one. Nothing generated -> 0.0."""
+    gold = [g for g in gold if str(g).strip()]
+    preds = [q for q in predicted if str(q).strip()]
+    if not preds or not gold:
+        return 0.0
+    return sum(bool(match(q, gold)) for q in preds) / len(preds)
 
 
 def unique_questions(questions: Iterable[str],

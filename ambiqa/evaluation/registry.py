@@ -14,6 +14,13 @@ Names: ``rouge-l``, ``str-em``, ``d-f1``, ``dr`` (ASQA long answers), ``em``, ``
 answers), ``recall@K`` (any gold answer in the top-K passages) and ``mrecall@K`` (Min et al.,
 2021) for any K. ``d-f1`` and ``dr`` need a reader; without one they use the LM stand-in
 (:class:`ambiqa.evaluation.reader.LMReader`), and reports must name ``reader.name``.
+
+Interpretation metrics (ASQA-style examples, predictions with ``interpretations``):
+``answer-f1`` (ToC Table 3), ``n-interp`` (|Q^| after deduplication), ``sufficient@K``
+(1 when |Q^| >= K; its run mean is Sufficient%), ``interp-recall`` (VerDICt's ungrounded
+recall with the LM matcher) and ``interp-recall-lex`` (the same with a token-F1 matcher), and
+the grounded ``g-precision``, ``g-recall``, ``g-f1`` (VerDICt App. A, LM judge). The judged
+ones use the configured LM; reports name it (:func:`judge_name`).
 """
 
 from __future__ import annotations
@@ -117,6 +124,130 @@ def _f1(example: Any, prediction: Any, reader: Reader | None = None) -> float:
     return m.token_f1(prediction_answer(prediction), gold_answers_of(example))
 
 
+def interpretations_of(prediction: Any) -> list[dict[str, Any]]:
+    """The prediction's generated (question, answer, cited passage ids) triples."""
+    out = []
+    for it in field_value(prediction, "interpretations", []) or []:
+        out.append({"question": str(field_value(it, "question", "") or ""),
+                     "answer": str(field_value(it, "answer", "") or ""),
+                     "passages": [str(x) for x in (field_value(it, "passages", []) or [])]})
+    return [it for it in out if it["question"].strip()]
+
+
+def _answer_f1(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    return m.answer_f1_pairs(interpretations_of(prediction), qa_pairs_of(example, "answer-f1"))
+
+
+# ---- VerDICt grounding and interpretation metrics (LM judge; see ambiqa.evaluation.judge)
+
+_JUDGES: dict[str, Any] = {}
+
+
+def default_judge() -> Any:
+    """The process-wide LM grounding judge (uses the configured LM at call time); one
+    instance so its verdict memo is shared by g-precision, g-recall and g-f1."""
+    if "judge" not in _JUDGES:
+        from ambiqa.evaluation.judge import LMGroundingJudge
+
+        _JUDGES["judge"] = LMGroundingJudge()
+    return _JUDGES["judge"]
+
+
+def default_matcher() -> Any:
+    if "matcher" not in _JUDGES:
+        from ambiqa.evaluation.judge import LMMatcher
+
+        _JUDGES["matcher"] = LMMatcher()
+    return _JUDGES["matcher"]
+
+
+def grounding_inputs(example: Any, prediction: Any
+                     ) -> tuple[list[m.GroundedQA], list[m.GroundedQA], list[str]]:
+    """(generated, gold, model passage texts) for the grounded metrics.
+
+    Generated interpretations cite passage ids; those resolve to the texts in the
+    prediction's ``passages``. As VerDICt App. A allows, an interpretation that cites nothing
+    is checked against all retrieved passages (U_q). A gold pair is checked against its own
+    ``context`` passage (raw ASQA records), else against the example's annotated
+    ``gold_passages`` as one numbered block (what the ASQA loader keeps), else against U_q.
+    """
+    from ambiqa.evaluation.judge import numbered
+
+    texts = {str(field_value(p, "id", "")): str(field_value(p, "text", "") or "")
+             for p in field_value(prediction, "passages", []) or []}
+    retrieved = [t for t in texts.values() if t.strip()]
+    generated = []
+    cited: list[str] = []
+    for it in interpretations_of(prediction):
+        own = [texts[i] for i in it["passages"] if texts.get(i, "").strip()]
+        cited.extend(t for t in own if t not in cited)
+        generated.append(m.GroundedQA(it["question"], it["answer"], own or retrieved))
+    annotated = [str(field_value(p, "text", "") or "")
+                 for p in field_value(example, "gold_passages", []) or []]
+    annotated = [t for t in annotated if t.strip()]
+    fallback = [numbered(annotated)] if annotated else retrieved
+    gold = []
+    for pair in qa_pairs_of(example, "g-recall"):
+        context = str(field_value(pair, "context", "") or "")
+        answers = m.short_answers_of(pair)
+        gold.append(m.GroundedQA(str(field_value(pair, "question", "")),
+                                 answers[0] if answers else "",
+                                 [context] if context.strip() else fallback))
+    return generated, gold, cited or retrieved
+
+
+def _g_scores(example: Any, prediction: Any) -> tuple[float, float]:
+    from ambiqa.evaluation.judge import numbered
+
+    judge = default_judge()
+    generated, gold, pool = grounding_inputs(example, prediction)
+    precision = m.grounded_precision(generated, judge)
+    recall = m.grounded_recall(generated, gold, judge, pool=[numbered(pool)] if pool else [])
+    return precision, recall
+
+
+def _g_precision(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    generated, _, _ = grounding_inputs(example, prediction)
+    return m.grounded_precision(generated, default_judge())
+
+
+def _g_recall(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    return _g_scores(example, prediction)[1]
+
+
+def _g_f1(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    return m.g_f1(*_g_scores(example, prediction))
+
+
+def _gold_questions(example: Any, metric: str) -> list[str]:
+    return [str(field_value(p, "question", "") or "") for p in qa_pairs_of(example, metric)]
+
+
+def _interp_recall(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    generated = [it["question"] for it in interpretations_of(prediction)]
+    return m.ungrounded_recall(generated, _gold_questions(example, "interp-recall"),
+                               default_matcher())
+
+
+def _interp_recall_lex(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    generated = [it["question"] for it in interpretations_of(prediction)]
+    return m.ungrounded_recall(generated, _gold_questions(example, "interp-recall-lex"),
+                               m.lexical_match)
+
+
+def _n_interp(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    return float(m.num_interpretations(it["question"] for it in interpretations_of(prediction)))
+
+
+def _sufficient(k: int) -> MetricFn:
+    def fn(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+        # per example: 1.0 when |Q^| >= k; its mean over a run is Sufficient%
+        return m.sufficient_rate([int(_n_interp(example, prediction))], k)
+
+    fn.__name__ = f"sufficient@{k}"
+    return fn
+
+
 def _answer_recall(k: int) -> MetricFn:
     def fn(example: Any, prediction: Any, reader: Reader | None = None) -> float:
         return m.answer_recall_at_k(passage_texts_of(prediction), gold_answers_of(example), k)
@@ -142,17 +273,43 @@ METRICS: dict[str, MetricFn] = {
     "f1": _f1,
     "recall@5": _answer_recall(5),
     "mrecall@5": _mrecall(5),
+    "answer-f1": _answer_f1,
+    "g-precision": _g_precision,
+    "g-recall": _g_recall,
+    "g-f1": _g_f1,
+    "interp-recall": _interp_recall,
+    "interp-recall-lex": _interp_recall_lex,
+    "n-interp": _n_interp,
+    "sufficient@3": _sufficient(3),
 }
 
 #: metrics whose score depends on a reader (reports must name it)
 NEEDS_READER = frozenset({"d-f1", "dr"})
+#: metrics whose score depends on an LM judge (reports must name it: ``judge_name()``)
+NEEDS_JUDGE = frozenset({"g-precision", "g-recall", "g-f1", "interp-recall"})
+
+
+def judge_name(metric_names: list[str]) -> str | None:
+    """The judge that scores any of ``metric_names`` (None when none needs one)."""
+    keys = {canonical_name(n) for n in metric_names}
+    if not keys & NEEDS_JUDGE:
+        return None
+    names = []
+    if keys & {"g-precision", "g-recall", "g-f1"}:
+        names.append(default_judge().name)
+    if "interp-recall" in keys:
+        names.append(default_matcher().name)
+    return ", ".join(names)
 
 _ALIASES = {
     "rouge-lsum": "rouge-l", "rougel": "rouge-l", "rouge": "rouge-l",
     "disambig-f1": "d-f1", "df1": "d-f1", "str-exact-match": "str-em",
     "exact-match": "em", "token-f1": "f1",
+    "g-p": "g-precision", "g-r": "g-recall", "grounded-precision": "g-precision",
+    "grounded-recall": "g-recall", "gf1": "g-f1", "num-interpretations": "n-interp",
+    "ungrounded-recall": "interp-recall", "pair-answer-f1": "answer-f1",
 }
-_AT_K = re.compile(r"^(m?recall)@(\d+)$")
+_AT_K = re.compile(r"^(m?recall|sufficient)@(\d+)$")
 
 
 def canonical_name(name: str) -> str:
@@ -171,7 +328,10 @@ def get_metric(name: str) -> MetricFn:
     at_k = _AT_K.match(key)
     if at_k and int(at_k.group(2)) >= 1:
         k = int(at_k.group(2))
-        return _mrecall(k) if at_k.group(1) == "mrecall" else _answer_recall(k)
+        kind = at_k.group(1)
+        if kind == "sufficient":
+            return _sufficient(k)
+        return _mrecall(k) if kind == "mrecall" else _answer_recall(k)
     known = sorted(METRICS) + sorted(_ALIASES)
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
     hint = (f"did you mean {canonical_name(close[0])!r}?" if close

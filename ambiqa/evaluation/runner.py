@@ -5,22 +5,38 @@ scores, cost trace, error) as soon as it finishes, flushed and fsynced, so a kil
 at most the examples in flight; ``resume=True`` skips the examples already recorded.
 ``runs/NAME/run.json`` records what the run is (program, data, metrics) so a resume into a
 directory holding another program's results is refused.
+
+Both files only ever gain fields (additive changes), so runs written by an older ambiqa
+resume and render with a newer one. When one example id has several rows (an errored example
+retried with ``retry_errors``), the last row counts.
+
+Each example may get a deadline (``timeout_s``): the program runs in a worker thread and an
+example that does not finish in time is recorded as an error while the run moves on. Python
+cannot kill a thread, so the abandoned call keeps running in the background until it returns
+(with the embedded LM, which serves one request at a time, later examples wait for it);
+the deadline turns a hang into a recorded, bounded failure, not into free capacity.
+
+At the end the run directory gets ``summary.json``, ``report.md`` and plots
+(:mod:`ambiqa.evaluation.report`).
 """
 
 from __future__ import annotations
 
+import contextvars
+import errno
 import json
 import math
 import os
 import random
+import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import ConfigError
+from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json
 from ambiqa.tracing import track
 
@@ -29,14 +45,79 @@ MetricFn = Callable[[Any, Any], float]
 
 @dataclass
 class RunSpec:
+    """What a run is; stored as ``run.json``. Fields after ``lm`` are optional additions and
+    are left out of the file when unset, so older run directories stay byte-compatible."""
+
     program: str
     data: str
     metrics: list[str]
     reader: str | None = None
     lm: str | None = None
+    index: str | None = None
+    program_config: dict[str, Any] | None = None
+    judge: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _OPTIONAL = ("index", "program_config", "judge")
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out: dict[str, Any] = {"program": self.program, "data": self.data,
+                               "metrics": list(self.metrics), "reader": self.reader,
+                               "lm": self.lm}
+        for key in self._OPTIONAL:
+            value = getattr(self, key)
+            if value not in (None, {}):
+                out[key] = value
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Read a ``run.json`` of any ambiqa version (unknown keys are kept in ``extra``)."""
+        known = {"program", "data", "metrics", "reader", "lm", *cls._OPTIONAL}
+        return cls(program=str(data.get("program", "")), data=str(data.get("data", "")),
+                   metrics=[str(x) for x in data.get("metrics", []) or []],
+                   reader=data.get("reader"), lm=data.get("lm"), index=data.get("index"),
+                   program_config=data.get("program_config"), judge=data.get("judge"),
+                   extra={k: v for k, v in data.items() if k not in known})
+
+    @property
+    def dataset(self) -> str:
+        """The data spec without its example count (``asqa:dev:50`` -> ``asqa:dev``)."""
+        return _base(self.data)
+
+
+class ExampleTimeout(Exception):
+    """An example ran past its deadline (recorded as that example's error)."""
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
+    """``fn()``, but give up after ``timeout_s`` seconds (``None`` or 0: wait for ever).
+
+    ``fn`` runs in a daemon thread carrying a copy of the caller's context, so DSPy settings
+    and the caller's cost trace apply inside it. On timeout the thread is abandoned, not
+    killed (Python cannot kill threads): whatever it records later is ignored.
+    """
+    if not timeout_s:
+        return fn()
+    ctx = contextvars.copy_context()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = ctx.run(fn)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, daemon=True, name="ambiqa-example").start()
+    if not done.wait(timeout_s):
+        raise ExampleTimeout(f"no result after {timeout_s:g} s (abandoned)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def example_id(example: Any, index: int) -> str:
@@ -68,19 +149,23 @@ class ResultsFile:
         self._lock = threading.Lock()
 
     def read(self) -> list[dict[str, Any]]:
+        """The rows, one per example id (a later row for the same id replaces the earlier)."""
         if not self.path.exists():
             return []
-        rows = []
+        rows: dict[str, dict[str, Any]] = {}
         with open(self.path, encoding="utf-8") as fh:
             for line in fh:
                 line = line.strip()
                 if not line:
                     continue
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a torn last line from a kill: that example is simply redone
-        return rows
+                if isinstance(row, dict) and "id" in row:
+                    rows.pop(str(row["id"]), None)
+                    rows[str(row["id"])] = row
+        return list(rows.values())
 
     def repair(self) -> None:
         """Drop a torn final line (killed mid-write) so appends start on a clean line."""
@@ -94,28 +179,53 @@ class ResultsFile:
             os.replace(tmp, self.path)
 
     def append(self, row: dict[str, Any]) -> None:
+        """Append one row durably; a failed write (disk full, lost permission) stops the run
+        with an :class:`ArtifactError`. Rows already in the file stay; a torn last line is
+        dropped by :meth:`repair` on resume."""
         line = json.dumps(row, ensure_ascii=False) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise write_error(self.path, exc) from exc
+
+
+def write_error(path: Path, exc: OSError) -> ArtifactError:
+    """A one-line error for a failed write that says what was kept."""
+    why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return ArtifactError(f"cannot write {path}: {why}",
+                         hint="free space or fix permissions, then rerun with --resume; every "
+                              "row written before this one is kept")
 
 
 def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
              out_dir: Path | None = None, spec: RunSpec | None = None, resume: bool = False,
-             threads: int = 1, max_error_rate: float = 0.5,
-             progress: bool = True) -> dict[str, Any]:
-    """Run ``program`` on ``examples``, score with ``metrics``, return the summary."""
+             threads: int = 1, max_error_rate: float = 0.5, progress: bool = True,
+             timeout_s: float | None = None, retry_errors: bool = False,
+             report: bool = True) -> dict[str, Any]:
+    """Run ``program`` on ``examples``, score with ``metrics``, return the summary.
+
+    ``timeout_s`` bounds each example (program call and scoring each get that long);
+    ``retry_errors`` (with ``resume``) reruns examples whose recorded row is an error, the new
+    row superseding the old one. More than ``max_error_rate`` failed rows (once at least 4
+    exist) stop the run with a :class:`ConfigError`; finished rows stay on disk. With
+    ``out_dir`` and ``report``, ``summary.json``, ``report.md`` and plots are written there.
+    """
     rows: list[dict[str, Any]] = []
     results: ResultsFile | None = None
     if out_dir is not None:
         out_dir = Path(out_dir)
         results = _prepare_dir(out_dir, spec, resume)
         rows = results.read() if resume else []
-    done = {r["id"] for r in rows}
+    if retry_errors:
+        rows = [r for r in rows if not r.get("error")]
+    done = {str(r["id"]) for r in rows}
     todo = [(i, ex) for i, ex in enumerate(examples) if example_id(ex, i) not in done]
     lock = threading.Lock()
     errors = sum(1 for r in rows if r.get("error"))
+    stop: list[BaseException] = []
 
     def run_one(item: tuple[int, Any]) -> dict[str, Any]:
         i, ex = item
@@ -125,20 +235,24 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         # are evaluation cost, not the program's.
         with track() as trace:
             try:
-                pred = program(question=ex.question)
+                pred = call_with_timeout(lambda: program(question=ex.question), timeout_s)
                 row["prediction"], row["error"] = _prediction_dict(pred), None
             except Exception as exc:  # one failing example is recorded, not fatal
                 pred, row["prediction"], row["metrics"] = None, None, {}
-                row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
+                row["error"] = f"{kind}: {exc}"[:500]
         row["cost"] = trace.summary()
         row["wall_s"] = round(time.perf_counter() - t0, 3)
         if pred is not None:
             with track() as scoring:
                 try:
-                    row["metrics"] = {name: float(fn(ex, pred)) for name, fn in metrics.items()}
+                    row["metrics"] = call_with_timeout(
+                        lambda: {name: float(fn(ex, pred)) for name, fn in metrics.items()},
+                        timeout_s)
                 except Exception as exc:
+                    kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
                     row["metrics"] = {}
-                    row["error"] = f"scoring failed: {type(exc).__name__}: {exc}"[:500]
+                    row["error"] = f"scoring failed: {kind}: {exc}"[:500]
             row["scoring_cost"] = {"lm_calls": scoring.lm_calls,
                                    "input_tokens": scoring.input_tokens,
                                    "output_tokens": scoring.output_tokens}
@@ -148,20 +262,32 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
 
     bar = _Progress(len(examples), len(rows), enabled=progress)
 
-    def task(item):
+    def task(item: tuple[int, Any]) -> dict[str, Any] | None:
         nonlocal errors
+        if stop:  # the run is stopping: queued examples are not started
+            return None
         row = run_one(item)
         with lock:
+            if stop:
+                return None
             rows.append(row)
-            if results is not None:
-                results.append(row)
+            try:
+                if results is not None:
+                    results.append(row)
+            except ArtifactError as exc:
+                rows.pop()
+                stop.append(exc)
+                raise
             if row["error"]:
                 errors += 1
             bar.update(rows)
             if len(rows) >= 4 and errors / len(rows) > max_error_rate:
-                raise ConfigError(
+                exc = ConfigError(
                     f"{errors} of {len(rows)} examples failed (last: {row['error']})",
-                    hint="fix the cause and rerun with --resume; finished examples are kept")
+                    hint="fix the cause and rerun with --resume (add --retry-errors to redo "
+                         "the failed ones); finished examples are kept")
+                stop.append(exc)
+                raise exc
         return row
 
     try:
@@ -170,37 +296,96 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         bar.close()
     summary = summarize(rows, list(metrics))
     if out_dir is not None:
-        atomic_write_json(out_dir / "summary.json", {"run": spec.to_dict() if spec else {},
-                                                     **summary})
+        spec_dict = spec.to_dict() if spec else {}
+        if report:
+            from ambiqa.evaluation.report import write_run_report
+
+            write_run_report(out_dir, rows=rows, spec=spec, examples=examples)
+        else:
+            try:
+                atomic_write_json(out_dir / "summary.json", {"run": spec_dict, **summary})
+            except OSError as exc:
+                raise write_error(out_dir / "summary.json", exc) from exc
     return summary
 
 
 def _prepare_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFile:
+    ensure_writable_dir(out_dir)
+    meta = out_dir / "run.json"
+    results = ResultsFile(out_dir / "results.jsonl")
+    old = check_run_dir(out_dir, spec, resume)
+    if old is not None:
+        results.repair()
+        if spec is not None and old.get("data") != spec.data:  # same split, other size
+            _write_json(meta, {**old, **spec.to_dict()})
+    elif spec is not None:
+        _write_json(meta, spec.to_dict())
+    return results
+
+
+def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> dict[str, Any] | None:
+    """Refuse what would mix or overwrite results; read-only, so the CLI can call it before
+    loading any model. Returns the existing ``run.json`` content (None for a fresh dir)."""
+    out_dir = Path(out_dir)
+    meta = out_dir / "run.json"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a directory",
+                          hint="choose another --out")
+    if not meta.exists():
+        results = out_dir / "results.jsonl"
+        if spec is not None and results.exists() and results.stat().st_size > 0:
+            raise ConfigError(f"{out_dir} holds results.jsonl but no run.json; refusing to "
+                              "mix results with a run of unknown origin",
+                              hint="choose another --out")
+        return None
+    try:
+        old = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{meta} is unreadable ({exc}); refusing to touch this run",
+                            hint="choose another --out") from exc
+    if not resume:
+        raise ConfigError(f"{out_dir} already holds a run",
+                          hint="pass --resume to continue it, or choose another --out")
+    if spec is not None and (old.get("program"), _base(old.get("data", ""))) != (
+            spec.program, _base(spec.data)):
+        raise ConfigError(
+            f"{out_dir} holds a run of {old.get('program')} on {old.get('data')}, "
+            f"not {spec.program} on {spec.data}; refusing to mix results",
+            hint="choose another --out")
+    return old
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    try:
+        atomic_write_json(path, obj)
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+
+
+def ensure_writable_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` if needed and prove it takes a file; a clear ConfigError if not."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a directory",
+                          hint="choose another --out")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"cannot create run directory {out_dir}: {exc.strerror}") from exc
-    if not os.access(out_dir, os.W_OK):
-        raise ConfigError(f"run directory {out_dir} is not writable")
-    meta = out_dir / "run.json"
-    results = ResultsFile(out_dir / "results.jsonl")
-    if meta.exists():
-        old = json.loads(meta.read_text(encoding="utf-8"))
-        if not resume:
-            raise ConfigError(f"{out_dir} already holds a run",
-                              hint="pass --resume to continue it, or choose another --out")
-        if spec is not None and (old.get("program"), _base(old.get("data", ""))) != (
-                spec.program, _base(spec.data)):
-            raise ConfigError(
-                f"{out_dir} holds a run of {old.get('program')} on {old.get('data')}, "
-                f"not {spec.program} on {spec.data}; refusing to mix results",
-                hint="choose another --out")
-        results.repair()
-        if spec is not None and old.get("data") != spec.data:  # same split, other size
-            atomic_write_json(meta, spec.to_dict())
-    elif spec is not None:
-        atomic_write_json(meta, spec.to_dict())
-    return results
+        raise ConfigError(f"cannot create run directory {out_dir}: "
+                          f"{exc.strerror or exc}", hint="choose another --out") from exc
+    _check_writable(out_dir)
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Probe with a real file: ``os.access`` says yes to root even on a read-only mount."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=out_dir, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise ConfigError(f"run directory {out_dir} is not writable: {why}",
+                          hint="choose another --out") from exc
 
 
 def _base(data_spec: str) -> str:
@@ -221,6 +406,8 @@ def bootstrap_ci(values: list[float], n: int = 1000, seed: int = 0) -> tuple[flo
 
 
 def summarize(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any]:
+    """Per-metric mean with a 95% bootstrap CI over the scored examples, and cost per
+    question (means over every example, failed ones included: they cost too)."""
     ok = [r for r in rows if not r.get("error")]
     out: dict[str, Any] = {"n": len(rows), "n_errors": len(rows) - len(ok), "metrics": {},
                            "cost": {}}
@@ -262,6 +449,9 @@ class _Progress:
             for k, v in r.get("metrics", {}).items():
                 means.setdefault(k, []).append(v)
         desc = " ".join(f"{k}={sum(v) / len(v):.3f}" for k, v in means.items())
+        n_err = len(rows) - len(ok)
+        if n_err:
+            desc += f" [red]errors={n_err}[/red]"
         self._progress.update(self._task, completed=len(rows), description=desc)
 
     def close(self) -> None:

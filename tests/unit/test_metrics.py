@@ -383,3 +383,132 @@ def test_make_reader_defaults_to_the_lm_stand_in(use_lm):
     use_lm(scripted_lm({}))
     assert isinstance(make_reader(None), LMReader)
     assert isinstance(make_reader("lm"), LMReader)
+
+
+# ---------------------------------------------------------------- short answers, several golds
+
+
+def test_em_f1_with_several_gold_answers_take_the_best():
+    golds = ["Barack Obama", "Obama", "the 44th president"]
+    assert m.exact_match("obama.", golds) == 1.0  # equals the 2nd gold after normalization
+    # "president obama": vs "barack obama" common {obama}: P 1/2, R 1/2 -> 0.5;
+    # vs "obama": P 1/2, R 1 -> 2/3; vs "44th president": P 1/2, R 1/2 -> 0.5. Best = 2/3.
+    assert m.exact_match("president obama", golds) == 0.0
+    assert m.token_f1("president obama", golds) == pytest.approx(2 / 3)
+    ex = {"answers": golds}
+    assert METRICS["em"](ex, {"answer": "Obama"}) == 1.0
+    assert METRICS["f1"](ex, {"answer": "president obama"}) == pytest.approx(2 / 3)
+
+
+# ---------------------------------------------------------------- interpretation metrics
+
+
+def test_ungrounded_recall_and_precision_with_a_table_matcher():
+    gold = ["Who directed Jaws?", "Who wrote the Jaws novel?", "Who produced Jaws?"]
+    preds = ["Who directed the film Jaws?", "Who scored Jaws?"]
+    same = {("Who directed Jaws?", "Who directed the film Jaws?")}
+
+    def match(q, cands):
+        return any((q, c) in same or (c, q) in same for c in cands)
+
+    assert m.ungrounded_recall(preds, gold, match) == pytest.approx(1 / 3)  # 1 of 3 gold
+    assert m.ungrounded_precision(preds, gold, match) == pytest.approx(1 / 2)  # 1 of 2 preds
+    assert m.ungrounded_recall([], gold, match) == 0.0
+    assert m.ungrounded_recall(preds, [], match) == 0.0
+
+
+def test_lexical_match_threshold():
+    # "who directed film jaws" vs "who directed jaws": common 3, P 3/4, R 1 -> F1 6/7 = 0.857
+    assert m.lexical_match("Who directed the film Jaws?", ["Who directed Jaws?"])
+    # "who wrote jaws novel" vs "who scored jaws": common 2, P 2/4, R 2/3 -> F1 4/7 = 0.571
+    assert not m.lexical_match("Who wrote the Jaws novel?", ["Who scored Jaws?"])
+    assert m.lexical_match("Who wrote the Jaws novel?", ["Who scored Jaws?"], threshold=0.5)
+
+
+def test_grounded_recall_with_a_passage_pool():
+    # same data as test_grounded_precision_recall_f1, but the model's passages are replaced by
+    # one pool text that mentions Benchley: G1 is now recalled too -> 4/4
+    pool = ["A novel by Peter Benchley. Jaws was released in 1975."]
+    assert m.grounded_recall(PRED, GOLD, substring_judge, pool=pool) == pytest.approx(1.0)
+    # an empty pool recalls only the verified generated ones: P0, P2 of {P0, P2, G1, G3}
+    assert m.grounded_recall(PRED, GOLD, substring_judge, pool=[]) == pytest.approx(2 / 4)
+
+
+# The scripted judge's rule: a question is supported by a passage block when both mention the
+# same key word ("directed", "novel" or "released").
+def _verify_rule(inp):
+    q, ps = inp["interpretation"].lower(), inp["passages"].lower()
+    return {"supported": any(w in q and w in ps for w in ("directed", "novel", "released"))}
+
+
+MATCH_KEY = "Decide whether a list of questions already contains the given question."
+
+INTERP_EX = dspy.Example(
+    question="Who made Jaws?",
+    qa_pairs=[{"question": "Who directed the film Jaws?", "short_answers": ["Steven Spielberg"]},
+              {"question": "Who wrote the Jaws novel?", "short_answers": ["Peter Benchley"]},
+              {"question": "Who produced Jaws?", "short_answers": ["Zanuck"]}],
+    gold_passages=[{"id": "g1", "title": "Jaws", "text": "Jaws was directed by Spielberg."},
+                   {"id": "g2", "title": "Jaws", "text": "It adapts the novel by Benchley."}],
+).with_inputs("question")
+INTERP_PRED = dspy.Prediction(
+    answer="...",
+    interpretations=[{"question": "Who directed Jaws?", "answer": "Spielberg", "passages": ["p1"]},
+                     {"question": "Who scored Jaws?", "answer": "John Williams",
+                      "passages": ["p2"]}],
+    passages=[{"id": "p1", "title": "Jaws", "text": "Jaws was directed by Steven Spielberg."},
+              {"id": "p2", "title": "Jaws", "text": "Jaws was released in 1975."}])
+
+
+def test_interpretation_count_sufficient_and_answer_f1():
+    assert METRICS["n-interp"](INTERP_EX, INTERP_PRED) == 2.0
+    assert get_metric("sufficient@2")(INTERP_EX, INTERP_PRED) == 1.0
+    assert METRICS["sufficient@3"](INTERP_EX, INTERP_PRED) == 0.0
+    # "spielberg" vs "steven spielberg" -> 2/3; "john williams" -> 0; mean over 2 pairs = 1/3
+    assert METRICS["answer-f1"](INTERP_EX, INTERP_PRED) == pytest.approx(1 / 3)
+    # lexical matcher (token F1 >= 0.6): gold 1 matches "Who directed Jaws?" (F1 6/7),
+    # gold 2 does not (best 4/7), gold 3 "who produced jaws" vs "who directed jaws" has
+    # P = R = 2/3 -> F1 2/3 >= 0.6, a false match: 2 of 3
+    assert METRICS["interp-recall-lex"](INTERP_EX, INTERP_PRED) == pytest.approx(2 / 3)
+
+
+def test_grounding_metrics_through_the_scripted_lm_judge(use_lm):
+    from ambiqa.evaluation.registry import judge_name
+
+    lm = use_lm(scripted_lm({"VerifyInterpretation": _verify_rule}))
+    # G-Precision: "Who directed Jaws?" is supported by its passage p1 ("directed"); "Who
+    # scored Jaws?" is not supported by p2 ("released") -> 1/2
+    assert METRICS["g-precision"](INTERP_EX, INTERP_PRED) == pytest.approx(1 / 2)
+    # G-Recall: Q-bar = {generated "Who directed Jaws?" (verified)} + gold pairs grounded in the
+    # annotated passages {"...directed the film...", "...novel..."}; "produced" is not
+    # grounded -> |Q-bar| = 3. Recalled: the generated one by construction, the "directed"
+    # gold by the cited passages; the "novel" gold is not in them -> 2/3
+    assert METRICS["g-recall"](INTERP_EX, INTERP_PRED) == pytest.approx(2 / 3)
+    # G-F1 = 2 (1/2)(2/3) / (1/2 + 2/3) = 4/7
+    assert METRICS["g-f1"](INTERP_EX, INTERP_PRED) == pytest.approx(4 / 7)
+    # verdicts are memoized: 2 (precision) + 3 (gold grounding) + 2 (gold vs model passages)
+    assert lm.engine.count("VerifyInterpretation") == 7
+    assert judge_name(["g-f1", "em"]) == "lm-judge:scripted/fake"
+    assert judge_name(["em"]) is None
+
+
+def test_ungrounded_recall_through_the_scripted_lm_matcher(use_lm):
+    def rule(inp):
+        return {"found": "directed" in inp["question"].lower()
+                and "directed" in inp["candidates"].lower()}
+
+    lm = use_lm(scripted_lm({MATCH_KEY: rule}))
+    # only the "directed" gold finds a match among the 2 generated questions -> 1/3
+    assert METRICS["interp-recall"](INTERP_EX, INTERP_PRED) == pytest.approx(1 / 3)
+    assert lm.engine.count(MATCH_KEY) == 3  # one call per gold question, not per pair
+
+
+def test_lm_judge_degrades_to_no_on_unparseable_verdicts(use_lm):
+    from ambiqa.evaluation.judge import LMGroundingJudge
+
+    use_lm(scripted_lm({"VerifyInterpretation": "no fields at all"}))
+    judge = LMGroundingJudge()
+    assert judge("Who directed Jaws?", "Spielberg", "Jaws was directed by Spielberg.") is False
+    with dspy.context(lm=None):
+        with pytest.raises(ConfigError):
+            LMGroundingJudge()("Who directed Jaws?", "x", "some passage")

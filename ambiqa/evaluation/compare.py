@@ -1,0 +1,217 @@
+"""Compare runs side by side, with paired differences on the examples they share.
+
+Two runs on the same questions are compared per question, not by their two means: the paired
+difference removes the spread between easy and hard questions, so its bootstrap interval is
+much narrower than the two separate intervals suggest. Runs on different data sets or splits
+measure different things and are refused.
+
+``compare_runs`` returns a plain dict (also written as ``comparison.json``);
+``write_comparison`` renders it as ``compare.md`` plus ``quality_vs_cost.png``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ConfigError
+from ambiqa.evaluation.report import COST_KEYS, Run, load_run
+from ambiqa.evaluation.runner import bootstrap_ci, summarize, write_error
+from ambiqa.fsutil import atomic_write_json, atomic_write_text
+
+
+def paired_bootstrap_ci(a: Sequence[float], b: Sequence[float], n: int = 1000,
+                        seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap CI of mean(b - a) resampling the paired examples."""
+    if len(a) != len(b):
+        raise ValueError("paired samples must have the same length")
+    diffs = [y - x for x, y in zip(a, b, strict=True)]
+    return bootstrap_ci(diffs, n=n, seed=seed)
+
+
+def _scores(run: Run, metric: str) -> dict[str, float]:
+    out = {}
+    for r in run.rows:
+        v = (r.get("metrics") or {}).get(metric)
+        if not r.get("error") and v is not None and not math.isnan(float(v)):
+            out[str(r["id"])] = float(v)
+    return out
+
+
+def _labels(runs: list[Run]) -> list[str]:
+    labels = [r.label for r in runs]
+    if len(set(labels)) < len(labels):  # same program twice: tell them apart by directory
+        labels = [f"{r.label} ({r.path.name})" if labels.count(r.label) > 1 else r.label
+                  for r in runs]
+    return labels
+
+
+def check_same_data(runs: list[Run]) -> str:
+    """The shared data set and split of ``runs`` (``asqa:dev``); refuse a mix."""
+    datasets = {r.spec.dataset for r in runs}
+    if len(datasets) != 1 or "" in datasets:
+        listing = ", ".join(f"{r.path} is {r.spec.data or 'unknown'}" for r in runs)
+        raise ConfigError(f"runs are on different data sets or splits ({listing}); paired "
+                          "differences need the same questions",
+                          hint="compare runs of one data set and split at a time")
+    return datasets.pop()
+
+
+def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = None,
+                 baseline: int = 0) -> dict[str, Any]:
+    """Side-by-side summary of runs and paired differences against ``runs[baseline]``."""
+    if len(paths) < 2:
+        raise ConfigError("compare needs at least two run directories")
+    runs = [load_run(p) for p in paths]
+    dataset = check_same_data(runs)
+    if not 0 <= baseline < len(runs):
+        raise ConfigError(f"--baseline {baseline} is out of range (0..{len(runs) - 1})")
+    if metrics:
+        names = list(metrics)
+        for name in names:
+            missing = [str(r.path) for r in runs if name not in r.metric_names]
+            if missing:
+                raise ConfigError(f"metric {name!r} is not in run(s) {', '.join(missing)}",
+                                  hint="compare a metric every run scored")
+    else:
+        names = [n for n in runs[0].metric_names if all(n in r.metric_names for r in runs)]
+        if not names:
+            raise ConfigError("the runs share no metric", hint="pass --metrics")
+    labels = _labels(runs)
+    out: dict[str, Any] = {"dataset": dataset, "metrics": names, "baseline": labels[baseline],
+                           "runs": [], "paired": [], "consistency": None}
+    for run, label in zip(runs, labels, strict=True):
+        s = summarize(run.rows, names)
+        out["runs"].append({"label": label, "path": str(run.path), "data": run.spec.data,
+                            "lm": run.spec.lm, "reader": run.spec.reader,
+                            "index": run.spec.index, "n": s["n"], "n_errors": s["n_errors"],
+                            "metrics": s["metrics"], "cost": s["cost"]})
+    base = runs[baseline]
+    for run, label in zip(runs, labels, strict=True):
+        if run is base:
+            continue
+        for name in names:
+            a, b = _scores(base, name), _scores(run, name)
+            shared = sorted(set(a) & set(b))
+            xa, xb = [a[i] for i in shared], [b[i] for i in shared]
+            lo, hi = paired_bootstrap_ci(xa, xb)
+            diff = (sum(xb) - sum(xa)) / len(shared) if shared else math.nan
+            out["paired"].append({"run": label, "metric": name, "n_shared": len(shared),
+                                  "baseline_mean": sum(xa) / len(xa) if xa else math.nan,
+                                  "run_mean": sum(xb) / len(xb) if xb else math.nan,
+                                  "diff": diff, "ci95": [lo, hi],
+                                  "excludes_zero": bool(shared) and (lo > 0 or hi < 0)})
+    if "em" in names and len(runs) >= 2:
+        out["consistency"] = _consistency(runs, labels)
+    return out
+
+
+def _consistency(runs: list[Run], labels: list[str]) -> dict[str, Any] | None:
+    """RWR / MRWR / MRLR between runs (EoR eq. 1-3 read across programs), EM >= 1 as
+    "right", on the questions every run answered."""
+    from ambiqa.evaluation import metrics as m
+
+    per = [_scores(r, "em") for r in runs]
+    shared = sorted(set.intersection(*(set(p) for p in per)))
+    if not shared:
+        return None
+    answers = {label: ["1" if p[i] >= 1.0 else "0" for i in shared]
+               for label, p in zip(labels, per, strict=True)}
+    rwr = m.rwr_matrix(answers, [["1"]] * len(shared))
+    return {"n": len(shared), "rwr": rwr, "mrwr": m.mrwr(rwr), "mrlr": m.mrlr(rwr)}
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def render_comparison(result: dict[str, Any], plot: str | None) -> str:
+    names = result["metrics"]
+    lines = [f"# Comparison on {result['dataset']}", "",
+             "## Side by side (each run on all its examples)", "",
+             "| run | n | failed | " + " | ".join(names) + " | "
+             + " | ".join(COST_KEYS.values()) + " |",
+             "|---|---:|---:|" + "---|" * len(names) + "---:|" * len(COST_KEYS)]
+    for r in result["runs"]:
+        cells = []
+        for name in names:
+            m = r["metrics"][name]
+            lo, hi = m["ci95"]
+            cells.append(f"{_fmt(m['mean'])} [{_fmt(lo)}, {_fmt(hi)}]")
+        costs = [_fmt(float(r["cost"].get(k, 0.0)), 2 if k.endswith("_s") else 1)
+                 for k in COST_KEYS]
+        lines.append(f"| {r['label']} | {r['n']} | {r['n_errors']} | " + " | ".join(cells)
+                     + " | " + " | ".join(costs) + " |")
+    lines += ["", "Metric cells: mean [95% bootstrap CI]. Cost columns: means per question.",
+              "", f"## Paired differences against {result['baseline']}", "",
+              "On the examples both runs scored (failed examples left out). Δ = run − "
+              "baseline; CI: paired bootstrap, 1000 resamples; * = the CI excludes 0.", "",
+              "| run | metric | n shared | baseline | run | Δ | 95% CI |",
+              "|---|---|---:|---:|---:|---:|---|"]
+    for p in result["paired"]:
+        lo, hi = p["ci95"]
+        star = " *" if p["excludes_zero"] else ""
+        lines.append(f"| {p['run']} | {p['metric']} | {p['n_shared']} | "
+                     f"{_fmt(p['baseline_mean'])} | {_fmt(p['run_mean'])} | "
+                     f"{_fmt(p['diff'])}{star} | [{_fmt(lo)}, {_fmt(hi)}] |")
+    cons = result.get("consistency")
+    if cons:
+        lines += ["", "## Consistency between runs (EoR eq. 1-3, EM = 1 counts as right)", "",
+                  f"{cons['n']} questions every run answered.", "",
+                  "| run | MRWR | MRLR |", "|---|---:|---:|"]
+        for label in cons["rwr"]:
+            lines.append(f"| {label} | {_fmt(cons['mrwr'][label])} | "
+                         f"{_fmt(cons['mrlr'][label])} |")
+    readers = {r["reader"] for r in result["runs"] if r.get("reader")}
+    lms = {r["lm"] for r in result["runs"] if r.get("lm")}
+    lines += ["", "## Setup", ""]
+    lines += [f"- LM: {', '.join(f'`{x}`' for x in sorted(lms)) or 'not recorded'}"]
+    if readers:
+        lines.append(f"- D-F1 reader: {', '.join(f'`{x}`' for x in sorted(readers))}")
+    if len(lms) > 1 or len(readers) > 1:
+        lines.append("- **The runs used different LMs or readers: differences mix the "
+                     "method with the model.**")
+    for r in result["runs"]:
+        lines.append(f"- {r['label']}: `{r['path']}` ({r['data']})")
+    if plot:
+        lines += ["", f"![quality vs cost]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_comparison(result: dict[str, Any], out_dir: str | Path,
+                     quality_metric: str | None = None) -> Path:
+    """Write ``compare.md``, ``comparison.json`` and ``quality_vs_cost.png`` into ``out_dir``."""
+    from ambiqa.evaluation.report import _json_safe
+
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create output directory {out_dir}: "
+                          f"{exc.strerror or exc}") from exc
+    metric = quality_metric or result["metrics"][0]
+    plot_rel: str | None = None
+    try:
+        from ambiqa.evaluation import plots
+
+        points = [{"label": r["label"], "x": float(r["cost"].get("lm_calls", 0.0)),
+                   "y": r["metrics"][metric]["mean"], "lo": r["metrics"][metric]["ci95"][0],
+                   "hi": r["metrics"][metric]["ci95"][1]} for r in result["runs"]]
+        plots.quality_vs_cost(points, out_dir / "quality_vs_cost.png",
+                              xlabel="LM calls per question", ylabel=metric,
+                              title=f"{metric} vs cost on {result['dataset']}")
+        plot_rel = "quality_vs_cost.png"
+    except OSError as exc:
+        raise write_error(out_dir / "quality_vs_cost.png", exc) from exc
+    except Exception:  # no matplotlib: the tables still render
+        plot_rel = None
+    try:
+        atomic_write_json(out_dir / "comparison.json", _json_safe(result))
+        atomic_write_text(out_dir / "compare.md", render_comparison(result, plot_rel))
+    except OSError as exc:
+        raise write_error(out_dir, exc) from exc
+    return out_dir / "compare.md"

@@ -1,0 +1,349 @@
+"""The method comparison table (issue 5): every program on its paper's data, one table each.
+
+Two modes:
+
+* run (default) -- evaluate each (data set, program) pair of :data:`PLAN` through the same
+  code path as ``ambiqa evaluate`` (so each run directory carries exactly the RunSpec the CLI
+  writes) into ``benchmarks/results/compare/{dataset}/{program}/``. An existing run directory
+  is resumed, and a larger ``--n`` extends it (``asqa:dev:10`` -> ``asqa:dev:50``); finished
+  examples are never redone. Slow with the embedded LM: hours for the whole plan.
+* ``--report-only`` -- read whatever run directories exist under ``--root`` (never writing
+  into them) and write ``TABLES.md`` plus ``quality_vs_cost.png`` next to them: per data set
+  the paper's metrics with 95% bootstrap CIs, n, the cost columns and wall time, with the
+  numbers the papers report for reference.
+
+    # run (the lead runs this; hours with the embedded LM)
+    python benchmarks/compare_methods.py --lm embedded:qwen2.5-coder-0.5b \\
+        --index bm25:wiki-bm25 --datasets asqa --n 50
+    # tables from what exists
+    python benchmarks/compare_methods.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before DSPy loads)
+from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
+from ambiqa.fsutil import atomic_write_text  # noqa: E402
+
+DEFAULT_ROOT = HERE / "results" / "compare"
+ASQA_METRICS = ("str-em", "rouge-l", "d-f1", "dr")
+SHORT_METRICS = ("em", "f1")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One table: which split, which programs, which metrics, how many questions."""
+
+    key: str
+    data: str
+    programs: tuple[str, ...]
+    metrics: tuple[str, ...]
+    n: int
+    #: the metric on the quality-vs-cost plot
+    headline: str
+    #: published reference rows: label -> {metric: value in [0, 1]}, and where they are from
+    paper: dict[str, dict[str, float]]
+    paper_source: str
+
+
+PLAN: dict[str, Dataset] = {
+    "asqa": Dataset(
+        "asqa", "asqa:dev", ("closed_book", "vanilla_rag", "diva", "toc", "verdict"),
+        ASQA_METRICS, 50, "dr",
+        {"closed_book (GPT-4, closed book)": {"rouge-l": .390, "d-f1": .385, "dr": .387},
+         "vanilla_rag (GPT-4)": {"rouge-l": .415, "d-f1": .396, "dr": .406},
+         "toc (GPT-4, Diva's run)": {"rouge-l": .385, "d-f1": .418, "dr": .401},
+         "toc (GPT-3, ToC paper)": {"rouge-l": .397, "d-f1": .337, "dr": .366},
+         "diva (GPT-4)": {"rouge-l": .424, "d-f1": .420, "dr": .422}},
+        "Diva Table 1 (ASQA dev, RoBERTa SQuAD2 reader, GPT-4) and ToC Table 1; VerDICt "
+        "reports grounding metrics only, no ROUGE-L/D-F1"),
+    "hotpotqa": Dataset(
+        "hotpotqa", "hotpotqa:dev", ("resp", "ircot"), SHORT_METRICS, 50, "f1",
+        {"resp (Llama3-8B)": {"f1": .472}, "ircot (Llama3-8B)": {"f1": .431}},
+        "ReSP Table 2 (HotpotQA, token F1, Llama3-8B-instruct)"),
+    "nq": Dataset(
+        "nq", "nq:oracle", ("eor",), SHORT_METRICS, 100, "em",
+        {"eor (ChatGPT)": {"em": .528}, "eor (Llama2-chat 7B)": {"em": .502}},
+        "EoR Table 1 (NQ test split, 16 retrievers incl. web search)"),
+    "webq": Dataset(
+        "webq", "webq:dev", ("eor",), SHORT_METRICS, 100, "em",
+        {"eor (ChatGPT)": {"em": .506}, "eor (Llama2-chat 7B)": {"em": .462}},
+        "EoR Table 1 (WebQ test split, 16 retrievers incl. web search)"),
+}
+
+COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
+                ("output_tokens", "out tok", 0), ("retriever_calls", "retr.", 1),
+                ("wall_s", "wall s/q", 1), ("critical_path_s", "crit s/q", 1))
+
+
+# ---- run mode -----------------------------------------------------------------------------------
+def evaluate_argv(ds: Dataset, program: str, n: int, out: Path, *, lm: str | None,
+                  index: str | None, threads: int, timeout_s: float | None,
+                  reader: str | None) -> list[str]:
+    """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand)."""
+    argv = ["evaluate", program, "--data", f"{ds.data}:{n}", "--metrics", ",".join(ds.metrics),
+            "--out", str(out), "--threads", str(threads)]
+    if lm:
+        argv += ["--lm", lm]
+    if index:
+        argv += ["--index", index]
+    if timeout_s:
+        argv += ["--timeout-s", str(timeout_s)]
+    if reader:
+        argv += ["--reader", reader]
+    return argv
+
+
+def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, root: Path, *,
+             lm: str | None, index: str | None, threads: int = 1,
+             timeout_s: float | None = None, reader: str | None = None,
+             lm_object: Any = None, retriever: Any = None, progress: bool = True,
+             log: Any = print) -> list[dict[str, Any]]:
+    """Evaluate every selected (data set, program) pair; resume existing run directories.
+
+    ``lm_object`` / ``retriever`` replace the LM and index the arguments name (tests).
+    Returns one status dict per pair; a pair that fails with a user error is reported and
+    the plan goes on.
+    """
+    from ambiqa.cli import build_parser
+    from ambiqa.cli.eval_cmds import evaluate_from_args
+
+    parser = build_parser()
+    statuses = []
+    for key in datasets:
+        ds = PLAN[key]
+        for program in ds.programs:
+            if programs and program not in programs:
+                continue
+            out = root / ds.key / program
+            argv = evaluate_argv(ds, program, n or ds.n, out, lm=lm, index=index,
+                                 threads=threads, timeout_s=timeout_s, reader=reader)
+            if (out / "run.json").exists():
+                argv.append("--resume")
+            log("ambiqa " + " ".join(argv))
+            args = parser.parse_args(argv)
+            t0 = time.perf_counter()
+            try:
+                summary, _ = evaluate_from_args(args, lm=lm_object, retriever=retriever,
+                                                progress=progress)
+                statuses.append({"dataset": key, "program": program, "ok": True,
+                                 "n": summary["n"], "errors": summary["n_errors"],
+                                 "seconds": round(time.perf_counter() - t0, 1)})
+            except AmbiqaError as exc:
+                log(f"  failed: {exc}")
+                statuses.append({"dataset": key, "program": program, "ok": False,
+                                 "error": str(exc)})
+    return statuses
+
+
+# ---- report mode --------------------------------------------------------------------------------
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def collect(root: Path) -> dict[str, list[Any]]:
+    """Every run directory under ``root/{dataset}/``, loaded read-only."""
+    from ambiqa.evaluation.report import load_run
+
+    found: dict[str, list[Any]] = {}
+    if not root.is_dir():
+        return found
+    for ds_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        runs = []
+        for run_dir in sorted(p for p in ds_dir.iterdir() if p.is_dir()):
+            if not (run_dir / "run.json").is_file() and not (
+                    run_dir / "results.jsonl").is_file():
+                continue
+            try:
+                runs.append(load_run(run_dir))
+            except AmbiqaError as exc:
+                print(f"skipping {run_dir}: {exc}", file=sys.stderr)
+        if runs:
+            found[ds_dir.name] = runs
+    return found
+
+
+def _order(key: str, runs: list[Any]) -> list[Any]:
+    plan = PLAN.get(key)
+    order = list(plan.programs) if plan else []
+    return sorted(runs, key=lambda r: (order.index(r.spec.program)
+                                       if r.spec.program in order else len(order),
+                                       r.spec.program))
+
+
+def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Markdown lines of one data set's table and the quality-vs-cost points."""
+    from ambiqa.evaluation.runner import summarize
+
+    plan = PLAN.get(key)
+    metrics = list(plan.metrics) if plan else runs[0].metric_names
+    headline = plan.headline if plan else metrics[0]
+    header = ("| program | data | n | failed | "
+              + " | ".join(metrics) + " | " + " | ".join(c[1] for c in COST_COLUMNS)
+              + " | total wall min |")
+    lines = [header, "|---|---|---:|---:|" + "---|" * len(metrics)
+             + "---:|" * (len(COST_COLUMNS) + 1)]
+    points = []
+    for run in _order(key, runs):
+        s = summarize(run.rows, metrics)
+        cells = []
+        for name in metrics:
+            m = s["metrics"][name]
+            if not m["n"]:
+                cells.append("–")
+                continue
+            lo, hi = m["ci95"]
+            cells.append(f"{_fmt(m['mean'])} ±{_fmt((hi - lo) / 2, 3)}")
+        costs = [_fmt(float(s["cost"].get(k, 0.0)), d) if d else
+                 f"{float(s['cost'].get(k, 0.0)):.0f}" for k, _, d in COST_COLUMNS]
+        total_min = sum(float((r.get("cost") or {}).get("wall_s", 0) or 0)
+                        for r in run.rows) / 60
+        lines.append(f"| {run.spec.program} | {run.spec.data} | {s['n']} | {s['n_errors']} | "
+                     + " | ".join(cells) + " | " + " | ".join(costs)
+                     + f" | {total_min:.1f} |")
+        h = s["metrics"].get(headline)
+        if h and h["n"]:
+            points.append({"label": run.spec.program, "x": float(s["cost"]["wall_s"]),
+                           "y": h["mean"], "lo": h["ci95"][0], "hi": h["ci95"][1]})
+    if plan and plan.paper:
+        lines += ["", f"Published reference ({plan.paper_source}):", "",
+                  "| paper run | " + " | ".join(metrics) + " |",
+                  "|---|" + "---:|" * len(metrics)]
+        for label, vals in plan.paper.items():
+            lines.append(f"| {label} | " + " | ".join(_fmt(vals.get(m)) for m in metrics)
+                         + " |")
+    return lines, points
+
+
+def _command(run: Any) -> list[str]:
+    """The ``ambiqa evaluate`` arguments a run's RunSpec stands for."""
+    spec = run.spec
+    argv = ["evaluate", spec.program, "--data", spec.data, "--metrics", ",".join(spec.metrics),
+            "--out", _rel(run.path)]
+    if spec.lm:
+        argv += ["--lm", spec.lm]
+    if spec.index:
+        argv += ["--index", spec.index]
+    if spec.program_config:
+        argv += ["--program-config", "'" + json.dumps(spec.program_config) + "'"]
+    return argv
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def write_tables(root: Path, out: Path | None = None) -> Path:
+    """Write ``TABLES.md`` (and ``quality_vs_cost.png``) for the run directories under
+    ``root``. Nothing inside a run directory is written."""
+    found = collect(root)
+    out = out or root / "TABLES.md"
+    runs_all = [r for runs in found.values() for r in runs]
+    lms = sorted({r.spec.lm for r in runs_all if r.spec.lm})
+    readers = sorted({r.spec.reader for r in runs_all if r.spec.reader})
+    indexes = sorted({r.spec.index for r in runs_all if r.spec.index})
+    lines = ["# Method comparison", "",
+             "Generated by `python benchmarks/compare_methods.py --report-only` from the run "
+             "directories under `benchmarks/results/compare/`, each made by `ambiqa evaluate` "
+             "(commands at the end; `--resume` extends a run to more questions).", "",
+             f"- LM: {', '.join(f'`{x}`' for x in lms) or 'not recorded'}",
+             f"- retriever index: {', '.join(f'`{x}`' for x in indexes) or 'not recorded'}",
+             f"- D-F1 reader: {', '.join(f'`{x}`' for x in readers) or 'n/a'} (a stand-in: "
+             "the paper scorer's RoBERTa-large SQuAD2 reader is not available here, so D-F1 "
+             "and DR are not comparable to published numbers)",
+             "- metric cells: mean ±half-width of the 95% bootstrap CI over the questions that "
+             "did not fail; cost columns: means per question (tokens of the program's own "
+             "LM calls; scoring calls excluded); wall s/q as run, crit s/q the union of LM, "
+             "retriever and encoder call intervals.", ""]
+    if len(lms) > 1:
+        lines += ["**Warning: the runs used different LMs; rows are not comparable.**", ""]
+    panels = []
+    for key in sorted(found, key=lambda k: (list(PLAN).index(k) if k in PLAN else 99, k)):
+        table, points = dataset_table(key, found[key])
+        plan = PLAN.get(key)
+        title = f"{key}" + (f" ({plan.data})" if plan else "")
+        lines += [f"## {title}", ""] + table + [""]
+        if points:
+            panels.append({"title": title, "xlabel": "wall s per question",
+                           "ylabel": plan.headline if plan else "quality", "points": points})
+    if not found:
+        lines += ["No run directories found yet.", ""]
+    else:
+        lines += ["## Commands", "", "```bash"]
+        for key in found:
+            for run in _order(key, found[key]):
+                lines.append("ambiqa " + " ".join(_command(run)))
+        lines += ["```", ""]
+    if panels:
+        try:
+            from ambiqa.evaluation import plots
+
+            plots.quality_vs_cost_panels(panels, out.parent / "quality_vs_cost.png",
+                                         title="quality vs cost per method")
+            lines += ["![quality vs cost](quality_vs_cost.png)", ""]
+        except Exception as exc:  # the tables matter more than the figure
+            lines += [f"(plot skipped: {type(exc).__name__}: {exc})", ""]
+    atomic_write_text(out, "\n".join(lines).rstrip() + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--report-only", action="store_true",
+                    help="only write TABLES.md from the run directories that exist")
+    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    ap.add_argument("--tables", type=Path, default=None,
+                    help="where TABLES.md goes (default: ROOT/TABLES.md; the plot beside it)")
+    ap.add_argument("--datasets", default=",".join(PLAN),
+                    help=f"comma-separated, from {', '.join(PLAN)}")
+    ap.add_argument("--programs", default=None, help="only these programs")
+    ap.add_argument("--n", type=int, default=None,
+                    help="questions per data set (default: asqa/hotpotqa 50, nq/webq 100)")
+    ap.add_argument("--lm", default=None, help="as for `ambiqa evaluate --lm`")
+    ap.add_argument("--index", default="bm25:wiki-bm25")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--timeout-s", type=float, default=None)
+    ap.add_argument("--reader", default=None)
+    args = ap.parse_args(argv)
+    try:
+        if not args.report_only:
+            datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+            unknown = [d for d in datasets if d not in PLAN]
+            if unknown:
+                raise ConfigError(f"unknown data set(s) {', '.join(unknown)}",
+                                  hint=f"choose from {', '.join(PLAN)}")
+            programs = ([p.strip() for p in args.programs.split(",") if p.strip()]
+                        if args.programs else None)
+            statuses = run_plan(datasets, programs, args.n, args.root, lm=args.lm,
+                                index=args.index, threads=args.threads,
+                                timeout_s=args.timeout_s, reader=args.reader)
+            print(json.dumps(statuses, indent=2))
+        path = write_tables(args.root, args.tables)
+        print(f"wrote {path}")
+    except AmbiqaError as exc:
+        print(f"compare_methods: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
