@@ -12,24 +12,35 @@ Two kinds of LM, one interface (a ``dspy.LM``):
 
 The measured settings from DESIGN.md are the defaults: 2 threads for prompt and generation,
 4096-token context, greedy decoding, max 512 new tokens, one request at a time.
+
+Every engine, embedded or endpoint, sits behind :class:`ResilientEngine`: each attempt has a
+deadline (a call never hangs), transient failures (timeouts, dropped connections, rate limits,
+5xx) are retried a bounded number of times with capped exponential backoff that honours a
+server's ``retry-after`` (also capped), every retry is a trace event, and replies far longer
+than ``max_tokens`` could produce are cut. DSPy's own retry loop is switched off
+(``num_retries=0``) so retries are counted and bounded in one place.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib
 import logging
 import os
+import random
 import secrets
 import threading
+import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.fsutil import atomic_write_text
-from ambiqa.tracing import note_finish_reason
+from ambiqa.tracing import note_finish_reason, record_event
 
 log = logging.getLogger(__name__)
 
@@ -248,12 +259,342 @@ class XLlamaEngine:
             self._server = None
 
 
+# --------------------------------------------------------------------------------------------
+# Timeouts and retries around every engine
+# --------------------------------------------------------------------------------------------
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"${name} must be a number of seconds, got {raw!r}") from exc
+    return value if value > 0 else None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one LM attempt may take and how transient failures are retried.
+
+    * ``timeout_s`` bounds one attempt (``None``: no deadline -- only for tests). The attempt
+      runs on a daemon thread and the caller stops waiting at the deadline, so a wedged
+      socket or a stuck generation cannot hang a run.
+    * ``max_retries`` transient failures are retried, waiting ``base_delay_s * 2**n`` (with
+      ±``jitter`` spread so parallel callers do not retry in lockstep) or the server's
+      ``retry-after``, both capped at ``max_delay_s``: a server asking for an hour must not
+      park an evaluation for an hour; after the retries the step degrades instead.
+    * ``deadline_s`` bounds the whole call, waits included (default: enough for every
+      attempt to time out once plus the waits).
+    * ``retry_timeouts``: whether a timed-out attempt is retried. Off for the embedded model:
+      its generation is deterministic and the abandoned attempt still holds the one slot, so
+      a retry would only wait for it and time out again.
+    """
+
+    timeout_s: float | None = 120.0
+    max_retries: int = 3
+    base_delay_s: float = 0.5
+    max_delay_s: float = 10.0
+    deadline_s: float | None = None
+    retry_timeouts: bool = True
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ConfigError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
+        for name in ("timeout_s", "deadline_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds or None")
+        if self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ConfigError("retry delays must be >= 0")
+
+    def total_deadline(self) -> float | None:
+        if self.deadline_s is not None:
+            return self.deadline_s
+        if self.timeout_s is None:
+            return None
+        return (self.timeout_s + self.max_delay_s) * (self.max_retries + 1)
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based)."""
+        if retry_after is not None and retry_after >= 0:
+            return min(float(retry_after), self.max_delay_s)
+        base = self.base_delay_s * (2 ** min(attempt, 16))
+        spread = 1.0 + self.jitter * (2 * random.random() - 1)
+        return min(base * spread, self.max_delay_s)
+
+    @classmethod
+    def from_env(cls, **defaults: Any) -> RetryPolicy:
+        """Defaults overridden by ``$AMBIQA_LM_TIMEOUT`` (seconds per attempt, 0 = none) and
+        ``$AMBIQA_LM_RETRIES``."""
+        kwargs = dict(defaults)
+        if os.environ.get("AMBIQA_LM_TIMEOUT"):
+            kwargs["timeout_s"] = _env_float("AMBIQA_LM_TIMEOUT", None)
+        raw = os.environ.get("AMBIQA_LM_RETRIES")
+        if raw:
+            try:
+                kwargs["max_retries"] = int(raw)
+            except ValueError as exc:
+                raise ConfigError(f"$AMBIQA_LM_RETRIES must be an integer, got {raw!r}") from exc
+        return cls(**kwargs)
+
+
+def _transient(exc: BaseException) -> str | None:
+    """The kind of a failure worth retrying ("timeout", "rate_limit", ...), else ``None``.
+
+    Recognizes lm15's canonical errors (what engines raise), DSPy's public LM errors (what an
+    inner ``dspy.LM`` raises) and plain ``TimeoutError`` / ``ConnectionError`` (what a
+    hand-written engine or a socket raises). Auth, bad-request and parse failures are not
+    transient: retrying them only burns time and money.
+    """
+    from dspy import lm15
+    from dspy.utils.exceptions import (
+        LMLockTimeoutError,
+        LMRateLimitError,
+        LMServerError,
+        LMTimeoutError,
+        LMTransportError,
+    )
+
+    if isinstance(exc, (lm15.RateLimitError, LMRateLimitError)):
+        return "rate_limit"
+    if isinstance(exc, (lm15.TimeoutError, LMTimeoutError, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, (lm15.ServerError, LMServerError)):
+        return "server_error"
+    if isinstance(exc, (lm15.TransportError, LMTransportError, ConnectionError)):
+        return "connection"
+    if isinstance(exc, (lm15.LockTimeoutError, LMLockTimeoutError)):
+        return "lock_timeout"
+    return None
+
+
+def _canonical_error(exc: BaseException, kind: str | None, model: str) -> BaseException:
+    """Plain ``TimeoutError`` / ``ConnectionError`` become lm15 errors, which DSPy maps to its
+    retryable LM errors (a step then degrades); everything else is raised as it came."""
+    from dspy import lm15
+
+    if kind == "timeout" and not isinstance(exc, lm15.LM15Error) and \
+            type(exc).__module__ == "builtins":
+        return lm15.TimeoutError(f"{model}: {exc or 'timed out'}")
+    if kind == "connection" and isinstance(exc, ConnectionError):
+        return lm15.TransportError(f"{model}: {type(exc).__name__}: {exc}")
+    return exc
+
+
+class ResilientEngine:
+    """A DSPy custom engine that adds a per-attempt deadline and bounded retries to another.
+
+    ``inner`` is any engine with ``complete(Request) -> Response`` (the embedded model, an
+    endpoint, a test fake). Each retry is recorded as a trace event (``lm.retry``) so a cost
+    report shows how often the LM misbehaved; a reply longer than ``max_output_chars`` is cut
+    there and marked ``finish_reason="length"`` (an endpoint that ignores ``max_tokens`` must
+    not fill memory or the results file). Unknown attributes are looked up on ``inner``.
+    """
+
+    def __init__(self, inner: Any, policy: RetryPolicy | None = None, *, model: str = "",
+                 max_output_chars: int | None = 200_000,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.inner = inner
+        self.policy = policy or RetryPolicy()
+        self.model = model or getattr(inner, "model", "") or type(inner).__name__
+        self.max_output_chars = max_output_chars
+        self._sleep = sleep
+        self.retries = 0  # retries made by this engine (all calls), for tests and reports
+
+    # capability hints DSPy reads from a custom engine
+    @property
+    def supports_response_schema(self) -> bool:
+        return bool(getattr(self.inner, "supports_response_schema", False))
+
+    @property
+    def supported_params(self) -> frozenset:
+        return frozenset(getattr(self.inner, "supported_params", ()) or ())
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set (copying): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _attempt(self, request: Any, timeout: float | None) -> Any:
+        if timeout is None:
+            return self.inner.complete(request)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        ctx = contextvars.copy_context()
+
+        def work() -> None:
+            try:
+                box["response"] = ctx.run(self.inner.complete, request)
+            except BaseException as exc:  # handed to the caller below
+                box["error"] = exc
+            finally:
+                done.set()
+
+        # A daemon thread, not an executor: an attempt abandoned at its deadline must never
+        # keep the interpreter from exiting.
+        threading.Thread(target=work, name="ambiqa-lm-call", daemon=True).start()
+        if not done.wait(timeout):
+            raise TimeoutError(f"no reply within {timeout:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+    def _cap(self, response: Any) -> Any:
+        from dspy.lm15 import Message, TextPart
+
+        limit = self.max_output_chars
+        text = getattr(response, "text", None)
+        if limit is None or not isinstance(text, str) or len(text) <= limit:
+            return response
+        record_event("lm", f"reply of {len(text):,} characters cut to {limit:,}")
+        import dataclasses
+
+        return dataclasses.replace(response, message=Message.assistant(TextPart(text[:limit])),
+                                   finish_reason="length")
+
+    def complete(self, request: Any) -> Any:
+        policy = self.policy
+        start = time.monotonic()
+        deadline = policy.total_deadline()
+        attempt = 0
+        while True:
+            timeout = policy.timeout_s
+            if deadline is not None:
+                left = deadline - (time.monotonic() - start)
+                timeout = left if timeout is None else min(timeout, left)
+                timeout = max(timeout, 0.001)
+            try:
+                response = self._attempt(request, timeout)
+            except Exception as exc:
+                kind = _transient(exc)
+                retry = (kind is not None and attempt < policy.max_retries
+                         and (kind != "timeout" or policy.retry_timeouts))
+                wait = policy.delay(attempt, getattr(exc, "retry_after", None)) if retry else 0.0
+                if retry and deadline is not None and \
+                        time.monotonic() - start + wait >= deadline:
+                    retry = False
+                if not retry:
+                    if kind is not None:
+                        record_event("lm", f"gave up after {attempt + 1} attempt(s): {kind}: "
+                                           f"{str(exc)[:160]}")
+                    raise _canonical_error(exc, kind, self.model) from exc
+                attempt += 1
+                self.retries += 1
+                hint = getattr(exc, "retry_after", None)
+                record_event("lm.retry", f"{kind} ({type(exc).__name__}); retry {attempt}/"
+                                         f"{policy.max_retries} in {wait:.2f} s"
+                                         + (f" (server asked {hint} s)" if hint is not None
+                                            else ""))
+                log.info("LM %s: %s; retrying in %.1f s", self.model, kind, wait)
+                self._sleep(wait)
+                continue
+            response = self._cap(response)
+            # Engines note the finish reason in their own thread; the trace reads it here.
+            note_finish_reason(getattr(response, "finish_reason", "") or "stop")
+            return response
+
+    def stream(self, request: Any):
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+    def dump_state(self) -> dict[str, Any]:
+        """Saved only for endpoint engines (no secrets: the key's variable name at most)."""
+        if not isinstance(self.inner, EndpointEngine):
+            raise TypeError(f"an LM over {type(self.inner).__name__} cannot be saved; "
+                            "save the program without its LM and configure one after loading")
+        return {"policy": asdict(self.policy), "endpoint": self.inner.dump_state(),
+                "max_output_chars": self.max_output_chars}
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> ResilientEngine:
+        ep = dict(state["endpoint"])
+        key_env = ep.get("api_key_env")
+        key = os.environ.get(key_env) if key_env else ("not-needed" if ep.get("api_base")
+                                                        else None)
+        inner = EndpointEngine(ep["model"], api_base=ep.get("api_base"), api_key_env=key_env,
+                               api_key=key, timeout=float(ep.get("timeout") or 120.0),
+                               max_tokens=int(ep.get("max_tokens") or 512),
+                               temperature=float(ep.get("temperature") or 0.0))
+        return cls(inner, RetryPolicy(**state.get("policy", {})), model=ep["model"],
+                   max_output_chars=state.get("max_output_chars", 200_000))
+
+
+class EndpointEngine:
+    """Sends a canonical request through an inner ``dspy.LM`` (LiteLLM or DSPy's native HTTP
+    client) with DSPy's retries off, so :class:`ResilientEngine` owns retries and deadlines.
+
+    The inner call runs with no callbacks and no usage tracker: the outer ``dspy.LM`` reports
+    the call once to ambiqa's tracing. The key lives only in the inner LM; ``dump_state``
+    records the environment variable's name, never its value.
+    """
+
+    def __init__(self, model: str, *, api_base: str | None, api_key_env: str | None,
+                 api_key: str | None, timeout: float, max_tokens: int,
+                 temperature: float) -> None:
+        import dspy
+
+        self.model = model
+        self.api_base = api_base
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        kwargs: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
+                                  "cache": False, "num_retries": 0, "timeout": timeout}
+        if api_base:
+            kwargs["api_base"] = api_base
+        if api_key:
+            kwargs["api_key"] = api_key
+        self._lm = dspy.LM(model, **kwargs)
+
+    @property
+    def supports_response_schema(self) -> bool:
+        return bool(self._lm.supports_response_schema)
+
+    @property
+    def supported_params(self) -> frozenset:
+        return frozenset(self._lm.supported_params)
+
+    def complete(self, request: Any) -> Any:
+        import dspy
+
+        with dspy.context(callbacks=[], usage_tracker=None):
+            return self._lm(request)
+
+    def close(self) -> None:
+        self._lm.close()
+
+    def dump_state(self) -> dict[str, Any]:
+        return {"model": self.model, "api_base": self.api_base, "api_key_env": self.api_key_env,
+                "timeout": self.timeout, "max_tokens": self.max_tokens,
+                "temperature": self.temperature}
+
+
 _ENGINES: dict[tuple, XLlamaEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True) -> Any:
-    """A ``dspy.LM`` backed by the embedded GGUF model (one engine per model per process)."""
+#: Embedded-model deadline per call: prefill of a full 4096-token context (~70 s at 60 tok/s)
+#: plus 512 new tokens (~30 s) on 2 contended cores, with a wide margin. No timeout retries
+#: (see :class:`RetryPolicy`); transient errors do not occur in-process, but are retried once.
+EMBEDDED_POLICY = RetryPolicy(timeout_s=600.0, max_retries=1, retry_timeouts=False)
+#: Endpoint default: LiteLLM / the HTTP client times out at ``timeout`` and the deadline here
+#: is a little later, a backstop for a client that does not.
+ENDPOINT_POLICY = RetryPolicy(timeout_s=None, max_retries=3, base_delay_s=1.0, max_delay_s=20.0)
+
+
+def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
+                policy: RetryPolicy | None = None) -> Any:
+    """A ``dspy.LM`` backed by the embedded GGUF model (one engine per model per process),
+    behind a :class:`ResilientEngine` (deadline ``$AMBIQA_LM_TIMEOUT``, default 600 s)."""
     import dspy
 
     settings = settings or EmbeddedSettings()
@@ -263,9 +604,10 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True)
         if engine is None:
             engine = XLlamaEngine(assemble_model(settings.model), settings)
             _ENGINES[key] = engine
+    policy = policy or RetryPolicy.from_env(**asdict(EMBEDDED_POLICY))
     return dspy.LM(
         f"embedded/{settings.model}",
-        engine=engine,
+        engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}"),
         temperature=0.0,
         max_tokens=settings.max_tokens,
         cache=cache,
@@ -275,29 +617,40 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True)
 
 def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | None = None,
                 max_tokens: int = 512, temperature: float = 0.0, cache: bool = True,
-                num_retries: int = 3, timeout: float = 120.0) -> Any:
+                num_retries: int = 3, timeout: float = 120.0,
+                policy: RetryPolicy | None = None) -> Any:
     """A ``dspy.LM`` for an OpenAI-compatible or LiteLLM-known endpoint.
 
     The key is read from the environment variable ``api_key_env`` (default: the provider's
     usual variable, e.g. ``OPENAI_API_KEY``), so it never appears in arguments, artifacts or
     logs. For a local server without auth (Ollama, llama.cpp) pass ``api_key_env=None`` and a
     dummy key is used.
+
+    Each request times out after ``timeout`` seconds (``$AMBIQA_LM_TIMEOUT`` overrides) and
+    transient failures are retried ``num_retries`` times (``$AMBIQA_LM_RETRIES``) by a
+    :class:`ResilientEngine`, which also stops waiting shortly after ``timeout`` should the
+    HTTP client itself hang.
     """
     import dspy
 
-    kwargs: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
-                              "cache": cache, "num_retries": num_retries, "timeout": timeout}
-    if api_base:
-        kwargs["api_base"] = api_base
+    key: str | None = None
     if api_key_env:
         key = os.environ.get(api_key_env)
         if not key:
             raise ConfigError(f"environment variable {api_key_env} is not set",
                               hint=f"export {api_key_env}=... before running")
-        kwargs["api_key"] = key
     elif api_base:
-        kwargs["api_key"] = "not-needed"
-    return dspy.LM(model, **kwargs)
+        key = "not-needed"
+    if policy is None:
+        policy = RetryPolicy.from_env(**{**asdict(ENDPOINT_POLICY), "max_retries": num_retries,
+                                         "timeout_s": timeout})
+    http_timeout = policy.timeout_s or timeout
+    # our deadline: the client's own timeout first, then a backstop 10 s later
+    policy = RetryPolicy(**{**asdict(policy), "timeout_s": http_timeout + 10.0})
+    inner = EndpointEngine(model, api_base=api_base, api_key_env=api_key_env, api_key=key,
+                           timeout=http_timeout, max_tokens=max_tokens, temperature=temperature)
+    return dspy.LM(model, engine=ResilientEngine(inner, policy, model=model),
+                   temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0)
 
 
 def make_lm(spec: str | None = None, *, api_base: str | None = None,

@@ -172,12 +172,24 @@ def _instructions_for(name: str) -> str:
 
 
 def scripted_lm(handlers: Mapping[str, Handler], *, delay_s: float = 0.0,
-                default: Handler | None = None) -> Any:
-    """A ``dspy.LM`` whose engine is a :class:`ScriptedEngine` (no cache, no retries)."""
+                default: Handler | None = None, policy: Any = None,
+                sleep: Callable[[float], None] | None = None, cache: bool = False) -> Any:
+    """A ``dspy.LM`` whose engine is a :class:`ScriptedEngine` (no cache, no retries).
+
+    With ``policy`` (an :class:`ambiqa.lm.RetryPolicy`) the engine sits behind the same
+    :class:`ambiqa.lm.ResilientEngine` as the real LMs, so fault tests exercise the real
+    timeout and retry code; ``sleep`` replaces its backoff wait (tests record, not wait).
+    ``lm.engine.calls`` and ``lm.engine.count`` reach the scripted engine either way.
+    """
     import dspy
 
-    engine = ScriptedEngine(handlers, delay_s=delay_s, default=default)
-    return dspy.LM("scripted/fake", engine=engine, cache=False, num_retries=0)
+    engine: Any = ScriptedEngine(handlers, delay_s=delay_s, default=default)
+    if policy is not None:
+        from ambiqa.lm import ResilientEngine
+
+        engine = ResilientEngine(engine, policy, model="scripted/fake",
+                                 **({"sleep": sleep} if sleep is not None else {}))
+    return dspy.LM("scripted/fake", engine=engine, cache=cache, num_retries=0)
 
 
 class RecordingRetriever:

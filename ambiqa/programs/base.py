@@ -15,10 +15,11 @@ validates the question and adds the trace.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import dspy
-from dspy.utils.exceptions import AdapterParseError
+from dspy.utils.exceptions import AdapterParseError, LMError, is_retryable_lm_error
 
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import Retriever
@@ -26,15 +27,20 @@ from ambiqa.tracing import record_event, track
 from ambiqa.types import Interpretation, Passage
 
 MAX_QUESTION_CHARS = 2000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
 def check_question(question: object) -> str:
     """Reject inputs no program can answer, with a message that says why."""
     if not isinstance(question, str):
         raise ConfigError(f"question must be a string, got {type(question).__name__}")
-    text = question.strip()
+    # Control characters (NUL, escapes, a lone surrogate) mean nothing to an LM and break
+    # encoders and JSON logs; a question needs at least one letter or digit.
+    text = _CONTROL.sub("", question).strip()
     if not text:
         raise ConfigError("question is empty")
+    if not any(ch.isalnum() for ch in text):
+        raise ConfigError(f"question {text[:40]!r} has no words")
     if len(text) > MAX_QUESTION_CHARS:
         raise ConfigError(
             f"question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}",
@@ -42,15 +48,29 @@ def check_question(question: object) -> str:
     return text
 
 
+#: DSPy's ChatAdapter delimits fields with ``[[ ## name ## ]]`` lines.
+_FIELD_MARKER = re.compile(r"\[\[\s*##")
+
+
+def as_data(text: str) -> str:
+    """Passage text with anything that looks like an adapter field marker broken up.
+
+    Passages are data. A passage that contains ``[[ ## answer ## ]]`` would otherwise start
+    what looks like a new field inside the prompt (and could pre-fill an "answer"); breaking
+    the marker keeps the whole passage inside the passages field. The words are kept.
+    """
+    return _FIELD_MARKER.sub("[ [ #", text)
+
+
 def format_passages(passages: list[Passage]) -> str:
     """Number passages from 1, one per line, the way signatures cite them.
 
     Plain numbered text rather than a JSON list: small models read it more reliably, and an
-    exported prompt stays readable.
+    exported prompt stays readable. Field markers inside passages are defused (:func:`as_data`).
     """
     if not passages:
         return "(no passages)"
-    return "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}"
+    return "\n".join(as_data(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}")
                      for i, p in enumerate(passages, start=1))
 
 
@@ -100,10 +120,22 @@ class AmbiqaProgram(dspy.Module):
 
 
 def safe_step(step: str, fn, default):
-    """Run one LM step; if its output cannot be parsed even after DSPy's JSON fallback, record
-    the degradation in the trace and return ``default`` instead of failing the question."""
+    """Run one LM step; if it cannot produce usable output, record the degradation in the trace
+    and return ``default`` instead of failing the question.
+
+    "Cannot" means: the reply could not be parsed even after DSPy's JSON fallback (empty,
+    wrong layout, wrong type), or the LM stayed unreachable through every retry of
+    :class:`ambiqa.lm.ResilientEngine` (timeout, connection, rate limit, server error). Other
+    LM errors -- a wrong key, an unknown model, a bad request -- are not the question's fault
+    and not transient, so they propagate and stop the run with their own message.
+    """
     try:
         return fn()
     except (AdapterParseError, ValueError) as exc:
         record_event(step, f"degraded: {type(exc).__name__}: {str(exc)[:200]}")
+        return default
+    except LMError as exc:
+        if not is_retryable_lm_error(exc):
+            raise
+        record_event(step, f"degraded: LM unavailable: {type(exc).__name__}: {str(exc)[:200]}")
         return default

@@ -63,7 +63,7 @@ import numpy as np
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.parallel import run_parallel
-from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
+from ambiqa.programs.base import AmbiqaProgram, as_data, format_passages, safe_step
 from ambiqa.retrieval.pool import PoolMemo, PoolRetriever, SpecNode, parse_spec
 from ambiqa.signatures.answering import BackgroundDocument, ShortAnswer
 from ambiqa.signatures.summarization import CompressForQuery
@@ -335,7 +335,7 @@ class EoR(AmbiqaProgram):
 
     def _compress_passage(self, question: str, passage: Passage) -> str:
         pred = safe_step("eor.compress", lambda: self.compressor(
-            query=question, document=passage.render()), None)
+            query=question, document=as_data(passage.render())), None)
         if pred is None:  # keep the passage uncompressed rather than lose it
             return passage.text
         return _clean(pred.relevant)
