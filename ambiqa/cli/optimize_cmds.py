@@ -1,9 +1,16 @@
-"""Optimization commands: ``compile`` and ``export``."""
+"""Optimization commands: ``compile``, ``tune``, ``tune-eor`` and ``export``.
+
+``compile`` and ``tune`` take their metric and training split from the program's recipe
+(:mod:`ambiqa.optimizers.recipes`) unless given, refuse dev/test splits, and accept
+``--dry-run`` (estimate LM calls and tokens from a sample run, then stop) and
+``--max-lm-calls`` (stop cleanly at the budget, keeping the best so far).
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,42 +25,61 @@ from ambiqa.cli.common import (
     retriever_from_args,
 )
 from ambiqa.errors import ConfigError
+from ambiqa.optimizers.recipes import TELEPROMPTERS, TUNE_TELEPROMPTERS
+
+
+def _require_training(spec: str) -> None:
+    from ambiqa.data import is_training_split, parse_spec
+
+    parse_spec(spec)  # a bad spec fails here, before any model is loaded
+    if not is_training_split(spec):
+        raise ConfigError(f"{spec!r} is not a training split; compiling on it would leak "
+                          "evaluation data", hint="use e.g. asqa:train, webq:train or demo:train")
 
 
 def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, metric: str,
              optimizer: str, k: int, seed: int, retriever: Any, lm: Any, reader: Any,
              out: Path, config: dict[str, Any], threshold: float | None,
-             console: Any) -> tuple[Any, dict[str, Any]]:
-    """Compile, score on dev, save: shared by ``compile`` and ``demo``."""
+             console: Any, *, options: dict[str, Any] | None = None,
+             max_lm_calls: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """Compile, score on dev, save: shared by ``compile`` and ``demo``.
+
+    ``options``: extra teleprompter settings (num_candidates, mipro_trials, knn_pool).
+    """
     import dspy
 
     import ambiqa
-    from ambiqa.data import is_training_split, load_dataset
+    from ambiqa.data import load_dataset
     from ambiqa.evaluation.registry import dspy_metric
     from ambiqa.evaluation.runner import evaluate
     from ambiqa.lm import lm_id
     from ambiqa.optimizers.artifact import save_artifact
+    from ambiqa.optimizers.budget import Budget
     from ambiqa.optimizers.compile import compile_program
+    from ambiqa.optimizers.recipes import get_recipe, usable_examples
     from ambiqa.programs.registry import build_program
     from ambiqa.retrieval.factory import describe
 
-    if not is_training_split(train_spec):
-        raise ConfigError(f"{train_spec!r} is not a training split; compiling on it would leak "
-                          "evaluation data", hint="use e.g. asqa:train or demo:train")
+    _require_training(train_spec)
     program = build_program(program_name, retriever=retriever, **config)
-    trainset = load_dataset(train_spec)
+    trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
+                               train_spec)
     console.print(f"compiling [bold]{program_name}[/bold] with {optimizer} on {train_spec} "
-                  f"({len(trainset)} examples), metric {metric}")
+                  f"({len(trainset)} usable examples), metric {metric}")
     compiled, report = compile_program(program, trainset, optimizer=optimizer,
                                        metric=dspy_metric(metric, reader=reader), k=k,
-                                       seed=seed, threshold=threshold)
-    scores: dict[str, Any] = {}
+                                       seed=seed, threshold=threshold,
+                                       budget=Budget(max_lm_calls), **(options or {}))
+    scores: dict[str, Any] = {"train": report.val_score}
+    if report.val_score is not None:
+        scores["train_note"] = "held-out part of the training split"
     if dev_spec:
         devset = load_dataset(dev_spec)
         console.print(f"scoring on {dev_spec} ({len(devset)} examples)")
         summary = evaluate(compiled, devset, metric_fns([metric], reader), progress=False)
         scores["dev"] = summary["metrics"][metric]["mean"]
         scores["dev_n"] = summary["n"]
+    settings = {k_: v for k_, v in report.settings.items() if v is not None}
     manifest = {
         "program": program_name,
         "program_config": program.config(),
@@ -66,44 +92,174 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
         "train": train_spec,
         "dev": dev_spec,
         "scores": scores,
-        "optimizer": {"name": optimizer, **report.settings},
+        "optimizer": {"name": optimizer, **settings,
+                      "stopped_by_budget": report.stopped_by_budget,
+                      "nan_scores": report.nan_scores,
+                      **({"candidates": report.candidates} if report.candidates else {})},
+        "optuna": None,
         "demos_per_predictor": report.demos_per_predictor,
         "compile_cost": report.cost,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     save_artifact(out, compiled, manifest)
+    budget_note = " (stopped at the LM-call budget)" if report.stopped_by_budget else ""
     console.print(f"wrote [bold]{out}[/bold]: demos per predictor "
                   f"{report.demos_per_predictor}, dev {metric} = "
-                  f"{scores.get('dev', float('nan')):.3f}, {report.cost['lm_calls']} LM calls")
+                  f"{scores.get('dev', float('nan')):.3f}, {report.cost['lm_calls']} LM calls"
+                  + budget_note)
     return compiled, manifest
 
 
+def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retriever: Any,
+             config: dict[str, Any], sample: int, n_val_limit: int | None = None,
+             **estimate_args: Any) -> dict[str, Any]:
+    from ambiqa.data import load_dataset
+    from ambiqa.evaluation.registry import dspy_metric
+    from ambiqa.optimizers.estimate import estimate, sample_cost
+    from ambiqa.optimizers.recipes import get_recipe, split_train, usable_examples
+    from ambiqa.programs.registry import build_program
+
+    program = build_program(program_name, retriever=retriever, **config)
+    trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
+                               train_spec)
+    per_q = sample_cost(program, trainset[: max(1, sample)], dspy_metric(metric, reader=reader))
+    n_val = len(split_train(trainset)[1]) if len(trainset) > 1 else 0
+    n_train = len(trainset)
+    if estimate_args.get("optimizer") in ("bootstrap-rs", "mipro", "tune"):
+        n_train -= n_val
+    if n_val_limit:
+        n_val = min(n_val, n_val_limit)
+    est = estimate(per_q, n_train=n_train, n_val=n_val,
+                   n_predictors=len(list(program.named_predictors())), **estimate_args)
+    est.update(program=program_name, train=train_spec, n_train=n_train, n_val=n_val,
+               note=f"estimate; the sample run itself spent "
+                    f"{per_q['sample_lm_calls_spent']} LM calls")
+    return est
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    from ambiqa.data import is_training_split, parse_spec
+    from ambiqa.optimizers.recipes import get_recipe
     from ambiqa.programs.registry import program_class
 
     cls = program_class(args.program)
-    for spec in filter(None, [args.train, args.dev]):
-        parse_spec(spec)  # a bad spec fails here, before any model is loaded
-    if not is_training_split(args.train):
-        raise ConfigError(f"{args.train!r} is not a training split; compiling on it would leak "
-                          "evaluation data", hint="use e.g. asqa:train or demo:train")
+    recipe = get_recipe(args.program)
+    train = args.train or recipe.train
+    metric = args.metric or recipe.metric
+    _require_training(train)
+    if args.dev:
+        from ambiqa.data import parse_spec
+
+        parse_spec(args.dev)
     retriever = retriever_from_args(args, needed=cls.needs_retriever)
     lm = lm_from_args(args)
+    config = program_config(args)
+    options = {"num_candidates": args.num_candidates, "mipro_trials": args.mipro_trials,
+               "knn_pool": args.knn_pool, "n_val": args.n_val}
+    if args.dry_run:
+        est = _dry_run(args.program, train, metric, reader_from_args(args), retriever, config,
+                       args.sample, n_val_limit=args.n_val, optimizer=args.optimizer,
+                       k=args.k, num_candidates=args.num_candidates, trials=args.mipro_trials,
+                       n_dev=0)
+        print(json.dumps(est, indent=2))
+        return 0
     out = Path(args.out or f"artifacts/{args.program}.json")
-    compile_and_save(args.program, args.train, args.dev, args.metric, args.optimizer, args.k,
+    compile_and_save(args.program, train, args.dev, metric, args.optimizer, args.k,
                      args.seed, retriever, lm, reader_from_args(args), out,
-                     program_config(args), args.threshold, make_console())
+                     config, args.threshold, make_console(), options=options,
+                     max_lm_calls=args.max_lm_calls)
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from ambiqa.data import load_dataset
+    from ambiqa.evaluation.registry import dspy_metric
+    from ambiqa.optimizers.recipes import get_recipe
+    from ambiqa.optimizers.tune import TuneConfig, tune
+    from ambiqa.programs.registry import program_class
+
+    cls = program_class(args.program)
+    recipe = get_recipe(args.program)
+    train = args.train or recipe.train
+    metric = args.metric or recipe.metric
+    _require_training(train)
+    teleprompters = tuple(t.strip() for t in args.teleprompters.split(",") if t.strip())
+    cfg = TuneConfig(program=args.program, study=args.study, storage=args.storage,
+                     trials=args.trials, train=train, metric=metric, seed=args.seed,
+                     teleprompters=teleprompters, max_demos=args.max_demos,
+                     n_sets=args.n_sets, pool_size=args.pool_size, n_val=args.n_val,
+                     cost_penalty=args.cost_penalty, cost_unit=args.cost_unit,
+                     max_lm_calls=args.max_lm_calls, program_config=program_config(args),
+                     tune_knobs=not args.no_knobs)
+    cfg.check(recipe)
+    retriever = retriever_from_args(args, needed=cls.needs_retriever)
+    lm_from_args(args)
+    reader = reader_from_args(args)
+    if args.dry_run:
+        est = _dry_run(args.program, train, metric, reader, retriever, cfg.program_config,
+                       args.sample, optimizer="tune", k=args.max_demos, trials=args.trials,
+                       tune_pools=bool({"bootstrap", "knn"} & set(teleprompters)),
+                       n_val_limit=args.n_val)
+        print(json.dumps(est, indent=2))
+        return 0
+    console = make_console()
+    out = Path(args.out or f"artifacts/{args.program}-tuned.json")
+
+    def progress(trial: Any) -> None:
+        value = "-" if trial.value is None else f"{trial.value:.4f}"
+        console.print(f"trial {trial.number}: {trial.state.name.lower()} value {value} "
+                      f"{json.dumps(trial.params)}")
+
+    result = tune(cfg, load_dataset(train), dspy_metric(metric, reader=reader),
+                  retriever=retriever, out=out, progress=progress)
+    console.print(f"study {result.study}: {result.n_complete} complete trials "
+                  f"({result.ran_trials} run now, {result.lm_calls} LM calls"
+                  + (", stopped at the LM-call budget" if result.stopped_by_budget else "")
+                  + f"); best trial {result.best_trial} value {result.best_value}")
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
+def cmd_tune_eor(args: argparse.Namespace) -> int:
+    from ambiqa.optimizers import eor_weights as ew
+
+    console = make_console()
+    train = ew.load_cache(args.cache, data_spec=args.data, gold_metric=args.gold)
+    if not train.questions:
+        raise ConfigError(f"{args.cache} holds no question with member answers")
+    result = ew.tune_weights(train, trials=args.trials, seed=args.seed,
+                             tune_threshold=args.tune_threshold, study=args.study,
+                             storage=args.storage)
+    rows = {"default": ew.DEFAULT_WEIGHTS, "tuned": result.weights}
+    report: dict[str, Any] = {"train": {"n": len(train.questions), "default": ew.accuracy(
+        train, ew.DEFAULT_WEIGHTS), "tuned": result.value}, "weights": result.weights,
+        "trials": result.trials, "trials_per_s": result.trials_per_s}
+    if args.dev_cache:
+        dev = ew.load_cache(args.dev_cache, data_spec=args.dev_data, gold_metric=args.gold)
+        report["dev"] = {"n": len(dev.questions), "default": ew.accuracy(dev, ew.DEFAULT_WEIGHTS),
+                         "tuned": ew.accuracy(dev, result.weights)}
+    console.print(ew.weights_table(rows, train.members))
+    if args.out:
+        from ambiqa.fsutil import atomic_write_json
+
+        atomic_write_json(Path(args.out), report)
+        console.print(f"wrote {args.out}")
+    if args.plot:
+        ew.plot_weights(rows, train.members, Path(args.plot))
+        console.print(f"wrote {args.plot}")
+    if args.artifact:
+        path = ew.save_weights_artifact(args.artifact, result.weights, train, report)
+        console.print(f"wrote {path} (load with ambiqa.load)")
+    print(json.dumps({k: v for k, v in report.items() if k != "weights"}))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ambiqa.optimizers.artifact import read_artifact
     from ambiqa.optimizers.export import export_prompts, render
 
-    doc = read_artifact(args.artifact)
-    program = load_for_export(args.artifact)
-    text = render(export_prompts(program), args.format, manifest=doc["manifest"])
+    program, manifest = load_for_export(args.artifact, with_manifest=True)
+    if args.verify:
+        return _verify(args, manifest)
+    text = render(export_prompts(program), args.format, manifest=manifest)
     if args.out:
         from ambiqa.fsutil import atomic_write_text
 
@@ -114,30 +270,85 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_for_export(path: str) -> Any:
-    """Export needs the predictors, not the index: build the program without a retriever."""
-    from ambiqa.optimizers.artifact import load_program_state, read_artifact
-    from ambiqa.programs.registry import build_program
+def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
+    """Run the program on a few questions, replay each predictor's inputs through the
+    exported prompt straight to the LM, and compare parsed outputs."""
+    from ambiqa.data import load_dataset
+    from ambiqa.optimizers.artifact import load_artifact
+    from ambiqa.optimizers.export import capture_inputs, verify_export
+    from ambiqa.programs.registry import build_program, program_class
 
+    if not args.data:
+        raise ConfigError("--verify needs questions: pass --data SPEC (e.g. asqa:dev:2)")
+    questions = [ex.question for ex in load_dataset(args.data)][: args.n]
+    lm = lm_from_args(args)
+    cls = program_class(manifest["program"])
+    if Path(args.artifact).is_file():
+        retriever = retriever_from_args(args, needed=False)
+        program = load_artifact(args.artifact, retriever=retriever)
+    else:
+        program = build_program(manifest["program"],
+                                retriever=retriever_from_args(args, cls.needs_retriever))
+    captured = capture_inputs(program, questions)
+    results = verify_export(program, captured, lm, via="jinja" if args.format == "jinja"
+                            else "json")
+    n_ok = sum(r["match"] for r in results)
+    for r in results:
+        mark = "same" if r["match"] else "DIFFERENT"
+        print(f"{r['predictor']}: {mark}")
+        if not r["match"]:
+            print(f"  exported prompt → {json.dumps(r['exported'], default=str)[:300]}")
+            print(f"  DSPy module     → {json.dumps(r['dspy'], default=str)[:300]}")
+    print(f"verified {n_ok}/{len(results)} predictor calls on {len(questions)} questions")
+    return 0 if results and n_ok == len(results) else 1
+
+
+def load_for_export(path: str, with_manifest: bool = False) -> Any:
+    """Export needs the predictors, not the index: build the program without a retriever.
+
+    ``path`` may also be a bare program name (no such file): its uncompiled, zero-shot
+    prompts are exported, marked as such.
+    """
+    from ambiqa.optimizers.artifact import (
+        install_optimizer_hooks,
+        load_program_state,
+        read_artifact,
+    )
+    from ambiqa.programs.registry import PROGRAMS, build_program
+
+    if not Path(path).exists() and path.strip().lower().replace("-", "_") in PROGRAMS:
+        name = path.strip().lower().replace("-", "_")
+        program = build_program(name, retriever=None)
+        manifest = {"program": name, "optimizer": {"name": "none"}, "metric": None,
+                    "reader": None, "lm": None, "created": None}
+        return (program, manifest) if with_manifest else program
     doc = read_artifact(path)
     m = doc["manifest"]
     program = build_program(m["program"], retriever=None, **(m.get("program_config") or {}))
     load_program_state(program, doc["state"], path)
-    return program
-
+    install_optimizer_hooks(program, m)
+    return (program, m) if with_manifest else program
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the optimization sub-commands to the top-level parser."""
     p = sub.add_parser("compile", help="compile a program with a teleprompter")
     p.add_argument("program")
-    p.add_argument("--train", required=True, help="training split, e.g. asqa:train:50")
+    p.add_argument("--train", default=None,
+                   help="training split, e.g. asqa:train:50 (default: the program's recipe)")
     p.add_argument("--dev", default=None, help="held-out split to score the result")
-    p.add_argument("--metric", default="d-f1")
-    p.add_argument("--optimizer", default="bootstrap", choices=["none", "labeled", "bootstrap"])
+    p.add_argument("--metric", default=None, help="default: the program's recipe (d-f1 / f1)")
+    p.add_argument("--optimizer", default="bootstrap", choices=list(TELEPROMPTERS))
     p.add_argument("--k", type=int, default=2, help="demos per predictor")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threshold", type=float, default=None, help="bootstrap metric threshold")
+    p.add_argument("--num-candidates", type=int, default=4,
+                   help="bootstrap-rs candidate sets / mipro instruction candidates")
+    p.add_argument("--mipro-trials", type=int, default=4)
+    p.add_argument("--knn-pool", type=int, default=8, help="knn: demos kept per predictor")
+    p.add_argument("--n-val", type=int, default=8,
+                   help="bootstrap-rs/mipro: held-out training questions scoring candidates")
+    _add_budget_args(p)
     p.add_argument("--reader", default=None, help="local extractive QA checkpoint for D-F1")
     p.add_argument("--program-config", default=None, help="JSON object of program settings")
     p.add_argument("--out", default=None)
@@ -145,8 +356,71 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_lm_args(p)
     p.set_defaults(fn=cmd_compile)
 
+    p = sub.add_parser("tune", help="Optuna search over demos, teleprompter and program knobs")
+    p.add_argument("program")
+    p.add_argument("--study", required=True, help="study name (resumes if it exists)")
+    p.add_argument("--storage", required=True,
+                   help="Optuna RDB URL: sqlite:///tune.db, postgresql://user:pw@host/db ...")
+    p.add_argument("--trials", type=int, default=20, help="finished trials wanted in total")
+    p.add_argument("--train", default=None, help="training split (default: the recipe's)")
+    p.add_argument("--metric", default=None)
+    p.add_argument("--teleprompters", default=",".join(TUNE_TELEPROMPTERS),
+                   help="comma-separated choices for trials")
+    p.add_argument("--max-demos", type=int, default=3)
+    p.add_argument("--n-sets", type=int, default=4, help="candidate demo sets per predictor")
+    p.add_argument("--pool-size", type=int, default=8)
+    p.add_argument("--n-val", type=int, default=8,
+                   help="held-out training questions scored per trial (0: all)")
+    p.add_argument("--cost-penalty", type=float, default=0.0,
+                   help="objective = metric - penalty x cost per question")
+    p.add_argument("--cost-unit", default="lm_calls", choices=["lm_calls", "tokens"],
+                   help="cost per question: LM calls, or thousands of tokens")
+    p.add_argument("--no-knobs", action="store_true", help="tune demos only, not settings")
+    p.add_argument("--seed", type=int, default=0)
+    _add_budget_args(p)
+    p.add_argument("--reader", default=None)
+    p.add_argument("--program-config", default=None)
+    p.add_argument("--out", default=None, help="artifact for the best trial")
+    add_index_args(p)
+    add_lm_args(p)
+    p.set_defaults(fn=cmd_tune)
+
+    p = sub.add_parser("tune-eor", help="tune EoR voter weights over cached answers (no LM)")
+    p.add_argument("cache", help="results.jsonl of an EoR evaluation, or a cache JSON")
+    p.add_argument("--data", default=None,
+                   help="data spec with the gold answers (when the cache has none)")
+    p.add_argument("--dev-cache", default=None)
+    p.add_argument("--dev-data", default=None)
+    p.add_argument("--gold", default="em", choices=["em", "f1", "contains"],
+                   help="how a member's answer is scored against the gold answers")
+    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tune-threshold", action="store_true",
+                   help="tune t too (default: the paper's t = 0.1)")
+    p.add_argument("--study", default=None)
+    p.add_argument("--storage", default=None)
+    p.add_argument("--out", default=None, help="JSON report")
+    p.add_argument("--plot", default=None, help="heatmap PNG of the weights")
+    p.add_argument("--artifact", default=None, help="EoR artifact with the tuned weights")
+    p.set_defaults(fn=cmd_tune_eor)
+
     p = sub.add_parser("export", help="render a compiled program's prompts")
-    p.add_argument("artifact")
-    p.add_argument("--format", default="md", choices=["md", "json"])
+    p.add_argument("artifact", help="artifact path, or a program name (uncompiled prompts)")
+    p.add_argument("--format", default="md", choices=["md", "json", "jinja"])
     p.add_argument("--out", default=None)
+    p.add_argument("--verify", action="store_true",
+                   help="send the exported prompts for --data questions straight to the LM "
+                        "and compare with the program's outputs (exit 1 on a difference)")
+    p.add_argument("--data", default=None, help="questions for --verify, e.g. asqa:dev:2")
+    p.add_argument("--n", type=int, default=2, help="questions for --verify")
+    add_index_args(p)
+    add_lm_args(p)
     p.set_defaults(fn=cmd_export)
+
+
+def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-lm-calls", type=int, default=None,
+                   help="stop cleanly once this many LM calls are spent, keeping the best")
+    p.add_argument("--dry-run", action="store_true",
+                   help="estimate LM calls and tokens from a sample run, then stop")
+    p.add_argument("--sample", type=int, default=1, help="questions in the --dry-run sample")

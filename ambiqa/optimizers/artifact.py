@@ -4,11 +4,26 @@ Layout::
 
     {
       "format": "ambiqa-artifact",
-      "schema_version": 1,
-      "manifest": {program, program_config, ambiqa_version, dspy_version, lm, retriever,
-                   metric, reader, train, dev, scores, optimizer, created, compile_cost},
+      "schema_version": 2,
+      "manifest": {
+        program, program_config,          what to build (registry name + constructor settings)
+        ambiqa_version, dspy_version,     who wrote it
+        lm,                               the LM id the demos were bootstrapped with
+        retriever: {kind, index, fingerprint},
+        metric, reader,                   what was optimized (and the D-F1 reader's name)
+        train, dev,                       data specs (train is always a training split)
+        scores: {train, dev, ...},        held-out-of-train ("train") and dev scores
+        optimizer: {name, ...settings},   teleprompter and its settings (knn: k)
+        optuna: {study, storage, trial, value} | null,
+        demos_per_predictor, compile_cost, created
+      },
       "state": <program.dump_state(): per-predictor demos, instructions, fields>
     }
+
+Schema history: 1 lacked ``optuna`` and the ``scores.train`` convention; a version-1 file is
+read with a warning and upgraded in memory (missing optional keys become null). A newer
+version than this ambiqa knows is refused. Unknown *top-level* keys are refused (a different
+format); unknown *manifest* keys only warn (a newer writer may record more).
 
 Loading is transactional: the file is parsed and validated, a fresh program is built and the
 state is loaded into it, and only then is it returned, so an error at any step leaves nothing
@@ -30,9 +45,12 @@ from ambiqa.fsutil import atomic_write_json
 log = logging.getLogger(__name__)
 
 FORMAT = "ambiqa-artifact"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 REQUIRED_MANIFEST_KEYS = ("program", "program_config", "ambiqa_version", "lm", "retriever",
                           "metric", "optimizer", "created")
+OPTIONAL_MANIFEST_KEYS = ("dspy_version", "reader", "train", "dev", "scores", "optuna",
+                          "demos_per_predictor", "compile_cost")
 TOP_LEVEL_KEYS = {"format", "schema_version", "manifest", "state"}
 
 
@@ -87,10 +105,11 @@ def validate_artifact(doc: Any, path: Path | str = "<artifact>") -> None:
     if doc.get("format") != FORMAT:
         raise ArtifactError(f"{path}: not an ambiqa artifact (format={doc.get('format')!r})")
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ArtifactError(
             f"{path}: schema version {version!r} is not supported (this ambiqa reads "
-            f"{SCHEMA_VERSION})", hint="re-compile the program with this version of ambiqa")
+            f"{', '.join(map(str, READABLE_VERSIONS))})",
+            hint="re-compile the program with this version of ambiqa")
     extra = set(doc) - TOP_LEVEL_KEYS
     missing = TOP_LEVEL_KEYS - set(doc)
     if missing or extra:
@@ -108,6 +127,17 @@ def validate_artifact(doc: Any, path: Path | str = "<artifact>") -> None:
         raise ArtifactError(f"{path}: manifest is missing {', '.join(missing_m)}")
     if not isinstance(doc["state"], dict):
         raise ArtifactError(f"{path}: state must be an object")
+    if not isinstance(manifest.get("optimizer"), dict):
+        raise ArtifactError(f"{path}: manifest.optimizer must be an object")
+    extra_m = set(manifest) - set(REQUIRED_MANIFEST_KEYS) - set(OPTIONAL_MANIFEST_KEYS)
+    if extra_m:
+        log.warning("%s: unknown manifest keys %s (ignored)", path, sorted(extra_m))
+    if version != SCHEMA_VERSION:
+        log.warning("%s: schema version %s is older than %s; reading it with the missing "
+                    "optional fields set to null", path, version, SCHEMA_VERSION)
+        doc["schema_version"] = SCHEMA_VERSION
+    for key in OPTIONAL_MANIFEST_KEYS:
+        manifest.setdefault(key, None)
 
 
 def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "<artifact>",
@@ -128,8 +158,22 @@ def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "
             predictor.signature.__name__ = names[name]
 
 
+def install_optimizer_hooks(program: Any, manifest: dict[str, Any], *,
+                            knn_encoder: Any = None) -> None:
+    """Re-install run-time behaviour an optimizer left on the program (knn demo selection)."""
+    opt = manifest.get("optimizer") or {}
+    if opt.get("name") == "knn":
+        from ambiqa.optimizers.knn import install_knn
+
+        k = opt.get("k")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ArtifactError(f"knn artifact has no valid k in its optimizer settings: {k!r}")
+        install_knn(program, k, encoder=knn_encoder)
+
+
 def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: Any = None,
-                  strict_fingerprint: bool = False) -> Any:
+                  strict_fingerprint: bool = False, knn_encoder: Any = None,
+                  program_kwargs: dict[str, Any] | None = None) -> Any:
     """Build the compiled program described by an artifact, ready to call.
 
     ``retriever``: pass one to override the index named in the manifest; otherwise the index
@@ -137,6 +181,10 @@ def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: An
     compiled against gets a warning (or an error with ``strict_fingerprint``): the demos
     still work, but scores in the manifest no longer describe this set-up.
     ``lm``: if given, it is configured as DSPy's LM (with ambiqa tracing).
+    ``knn_encoder``: the sentence encoder for an artifact compiled with ``knn`` (default: the
+    local MiniLM, loaded on the first call).
+    ``program_kwargs``: run-time objects the manifest cannot hold (EoR's extra ``sources``,
+    an ``encoder``); they must not repeat a key of the stored program config.
     """
     from ambiqa.programs.registry import build_program
 
@@ -165,8 +213,15 @@ def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: An
             if strict_fingerprint:
                 raise ArtifactError(msg, hint="rebuild the index from the same corpus or recompile")
             log.warning(msg)
-    program = build_program(program_name, retriever=retriever, **config)
+    clash = set(program_kwargs or {}) & set(config)
+    if clash:
+        raise ArtifactError(f"program_kwargs repeat stored settings: {sorted(clash)}",
+                            hint="tuned settings live in the artifact; pass only run-time "
+                                 "objects such as sources or an encoder")
+    program = build_program(program_name, retriever=retriever, **config,
+                            **(program_kwargs or {}))
     load_program_state(program, doc["state"], path)
+    install_optimizer_hooks(program, manifest, knn_encoder=knn_encoder)
     program.manifest = manifest
     if lm is not None:
         from ambiqa.lm import configure

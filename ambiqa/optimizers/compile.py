@@ -1,6 +1,6 @@
 """Compile a program with a DSPy teleprompter against a metric, on a training split only.
 
-Optimizers:
+Teleprompters (``optimizer=``):
 
 * ``none`` -- the program as written (zero-shot), for a baseline artifact;
 * ``labeled`` -- DSPy's LabeledFewShot idea, per predictor: each predictor whose signature
@@ -9,13 +9,35 @@ Optimizers:
 * ``bootstrap`` -- ``dspy.BootstrapFewShot``: run the program (with labeled demos as the
   teacher, where available) on training questions and keep the traces whose metric passes the
   threshold as demos for every predictor, including those no gold data labels (Diva's typing
-  and verification, ToC's self-verification, ...).
+  and verification, ToC's self-verification, ...). A predictor for which no trace passes keeps
+  the teacher's gold demos: with small models, labeled demos carry the output format.
+* ``bootstrap-rs`` -- the candidate search of ``dspy.BootstrapFewShotWithRandomSearch``
+  (zero-shot, labeled, then ``num_candidates`` bootstrapped demo sets, each from a differently
+  shuffled train part with a random number of demos in 1..k), every candidate scored on a
+  held-out part of the training split; the best one wins. It is written out here rather than
+  calling DSPy's class so that every candidate gets the gold fill-in above and the LM-call
+  budget is checked between candidates.
+* ``knn`` -- nearest-neighbour demos per question (DSPy's KNNFewShot idea, the way Diva and
+  ToC pick few-shot examples): each predictor's pool is its gold demos plus bootstrapped
+  traces; at call time it shows the ``k`` nearest (:mod:`ambiqa.optimizers.knn`, local
+  MiniLM).
+* ``mipro`` -- ``dspy.MIPROv2`` (instructions + demos) with small explicit settings:
+  ``num_candidates`` instruction/demo candidates, ``mipro_trials`` Bayesian-search trials,
+  no minibatching, and the program/data-aware proposers off (they cost many LM calls and
+  read source code and data summaries a small local model handles poorly).
 
-The result is returned together with a compile report (cost, chosen demos per predictor).
+A metric that returns NaN (an LM reader that failed, an empty reference) counts as 0.0 for
+that example -- a failed score must not pass a bootstrap threshold or win a search -- and the
+number of such scores is reported (``nan_scores``).
+
+``budget`` (:class:`ambiqa.optimizers.budget.Budget`) stops bootstrapping and candidate
+search cleanly once spent, keeping the best so far (``stopped_by_budget`` in the report);
+MIPROv2 checks it only before it starts.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +45,12 @@ from typing import Any
 import dspy
 
 from ambiqa.errors import ConfigError
+from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.demos import labeled_demos
-from ambiqa.tracing import track
+from ambiqa.optimizers.recipes import TELEPROMPTERS, check_teleprompter, split_train
+from ambiqa.tracing import record_event, track
 
-OPTIMIZERS = ("none", "labeled", "bootstrap")
+OPTIMIZERS = TELEPROMPTERS
 
 
 @dataclass
@@ -35,6 +59,59 @@ class CompileReport:
     settings: dict[str, Any]
     demos_per_predictor: dict[str, int] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
+    val_score: float | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by_budget: bool = False
+    nan_scores: int = 0
+
+
+class SafeMetric:
+    """Wrap a metric so NaN (or an exception inside it) scores 0.0, and count those."""
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self.nan = 0
+        self.errors = 0
+
+    def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
+        try:
+            score = float(self.metric(example, pred, trace))
+        except (TypeError, ValueError) as exc:
+            self.errors += 1
+            record_event("metric", f"metric failed, scored 0: {type(exc).__name__}: {exc}")
+            return 0.0
+        if math.isnan(score):
+            self.nan += 1
+            record_event("metric", "metric returned NaN, scored 0")
+            return 0.0
+        return score
+
+
+def score_program(program: Any, examples: list[Any], metric: Any,
+                  budget: Budget | None = None) -> dict[str, Any]:
+    """Mean metric of ``program`` over ``examples``, one at a time, with cost.
+
+    A failing program call scores 0 (counted in ``errors``). With a ``budget``, the check
+    runs before each example and raises :class:`BudgetExhausted` when spent.
+    """
+    safe = metric if isinstance(metric, SafeMetric) else SafeMetric(metric)
+    scores: list[float] = []
+    errors = 0
+    with track() as trace:
+        for ex in examples:
+            if budget is not None:
+                budget.check()
+            try:
+                pred = program(question=ex.question)
+            except Exception as exc:  # one failing question must not end a search
+                errors += 1
+                record_event("score", f"program failed: {type(exc).__name__}: {exc}"[:200])
+                scores.append(0.0)
+                continue
+            scores.append(safe(ex, pred))
+    mean = sum(scores) / len(scores) if scores else 0.0
+    return {"score": mean, "scores": scores, "n": len(scores), "errors": errors,
+            "nan_scores": safe.nan, "cost": trace.summary()}
 
 
 def apply_labeled(program: dspy.Module, pools: dict[str, list[Any]], k: int,
@@ -51,17 +128,77 @@ def apply_labeled(program: dspy.Module, pools: dict[str, list[Any]], k: int,
     return counts
 
 
+def _signature_names(program: dspy.Module) -> dict[str, str]:
+    return {n: p.signature.__name__ for n, p in program.named_predictors()}
+
+
+def _restore_signature_names(program: dspy.Module, names: dict[str, str]) -> None:
+    """Optimizers that rewrite instructions rebuild signatures as anonymous classes; traces
+    and exports name predictors by signature, so put the names back."""
+    for name, predictor in program.named_predictors():
+        if name in names:
+            predictor.signature.__name__ = names[name]
+
+
+def fill_missing_demos(compiled: dspy.Module, teacher: dspy.Module) -> None:
+    """A predictor no trace passed for keeps the teacher's gold demos rather than none."""
+    teacher_demos = {n: p.demos for n, p in teacher.named_predictors()}
+    for name, predictor in compiled.named_predictors():
+        if not predictor.demos and teacher_demos.get(name):
+            predictor.demos = list(teacher_demos[name])
+
+
+def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int, seed: int,
+              threshold: float | None = None, max_rounds: int = 1,
+              budget: Budget | None = None, pools: dict[str, list[Any]] | None = None,
+              fill: bool = True) -> dspy.Module:
+    """BootstrapFewShot with a gold-demo teacher, shuffled by ``seed``, budget-aware."""
+    if metric is None:
+        raise ConfigError("bootstrapping needs a metric (e.g. --metric d-f1)")
+    pools = labeled_demos(trainset) if pools is None else pools
+    teacher = program.deepcopy()
+    apply_labeled(teacher, pools, k, seed)
+
+    def passes(example, pred, trace=None):
+        score = metric(example, pred, trace)
+        return score >= threshold if threshold is not None else score > 0
+
+    tp = dspy.BootstrapFewShot(metric=passes, max_bootstrapped_demos=k, max_labeled_demos=0,
+                               max_rounds=max_rounds)
+    shuffled = list(trainset)
+    random.Random(seed).shuffle(shuffled)
+    if budget is not None:
+        shuffled = budget.iterate(shuffled)
+    names = _signature_names(program)
+    compiled = tp.compile(program.deepcopy(), teacher=teacher, trainset=shuffled)
+    _restore_signature_names(compiled, names)
+    if fill:
+        fill_missing_demos(compiled, teacher)
+    return compiled
+
+
 def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str = "bootstrap",
                     metric: Any = None, k: int = 2, seed: int = 0, threshold: float | None = None,
-                    max_rounds: int = 1) -> tuple[dspy.Module, CompileReport]:
-    """Return ``(compiled program, report)``. ``trainset`` must come from a training split."""
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError(f"unknown optimizer {optimizer!r}", hint=f"choose one of {OPTIMIZERS}")
+                    max_rounds: int = 1, valset: list[Any] | None = None,
+                    num_candidates: int = 4, budget: Budget | None = None,
+                    knn_encoder: Any = None, knn_pool: int = 8, mipro_trials: int = 4,
+                    n_val: int | None = None) -> tuple[dspy.Module, CompileReport]:
+    """Return ``(compiled program, report)``. ``trainset`` must come from a training split;
+    ``valset`` (bootstrap-rs, mipro) defaults to a held-out third of it, at most ``n_val``
+    questions (each candidate is scored on all of them)."""
+    check_teleprompter(optimizer)
     if not trainset:
         raise ConfigError("the training set is empty")
-    settings = {"k": k, "seed": seed, "threshold": threshold, "max_rounds": max_rounds}
+    settings: dict[str, Any] = {"k": k, "seed": seed, "threshold": threshold,
+                                "max_rounds": max_rounds}
     report = CompileReport(optimizer=optimizer, settings=settings)
-    with track() as trace:
+    budget = budget or Budget(None)
+    safe = SafeMetric(metric) if metric is not None else None
+    if optimizer in ("bootstrap-rs", "mipro") and valset is None:
+        trainset, valset = split_train(trainset, seed=seed)
+    if valset is not None and n_val:
+        valset = valset[:n_val]
+    with budget.watch(), track() as trace:
         if optimizer == "none":
             compiled = program
         elif optimizer == "labeled":
@@ -69,30 +206,118 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             pools = labeled_demos(trainset)
             if not pools:
                 raise ConfigError("no training example yields labeled demos",
-                                  hint="ASQA-style data with qa_pairs and long answers is needed")
+                                  hint="ASQA-style data with qa_pairs, gold passages and long "
+                                       "answers is needed; use bootstrap for other data")
             apply_labeled(compiled, pools, k, seed)
-        else:
-            if metric is None:
-                raise ConfigError("bootstrap needs a metric (e.g. --metric d-f1)")
-            teacher = program.deepcopy()
-            apply_labeled(teacher, labeled_demos(trainset), k, seed)
+        elif optimizer == "bootstrap":
+            compiled = bootstrap(program, trainset, safe, k=k, seed=seed, threshold=threshold,
+                                 max_rounds=max_rounds, budget=budget)
+        elif optimizer == "bootstrap-rs":
+            compiled = _random_search(program, trainset, valset, safe, report, k=k, seed=seed,
+                                      threshold=threshold, max_rounds=max_rounds,
+                                      num_candidates=num_candidates, budget=budget)
+        elif optimizer == "knn":
+            from ambiqa.optimizers.knn import install_knn
 
-            def passes(example, pred, trace=None):
-                score = metric(example, pred, trace)
-                return score >= threshold if threshold is not None else score > 0
-
-            tp = dspy.BootstrapFewShot(metric=passes, max_bootstrapped_demos=k,
-                                       max_labeled_demos=0, max_rounds=max_rounds)
-            rng = random.Random(seed)
-            shuffled = list(trainset)
-            rng.shuffle(shuffled)
-            compiled = tp.compile(program.deepcopy(), teacher=teacher, trainset=shuffled)
-            # A predictor for which no trace passed the metric keeps the teacher's gold demos
-            # rather than none: with small models, labeled demos carry the output format.
-            teacher_demos = {n: p.demos for n, p in teacher.named_predictors()}
-            for name, predictor in compiled.named_predictors():
-                if not predictor.demos and teacher_demos.get(name):
-                    predictor.demos = list(teacher_demos[name])
+            settings.update(pool=knn_pool)
+            pools = labeled_demos(trainset)
+            if safe is not None:
+                compiled = bootstrap(program, trainset, safe, k=knn_pool, seed=seed,
+                                     threshold=threshold, max_rounds=max_rounds, budget=budget,
+                                     pools=pools, fill=False)
+            else:
+                compiled = program.deepcopy()
+                for _, p in compiled.named_predictors():
+                    p.demos = []
+            # pool = gold demos of the predictor's signature + its bootstrapped traces
+            for _, predictor in compiled.named_predictors():
+                gold = pools.get(predictor.signature.__name__, [])[:knn_pool]
+                predictor.demos = list(gold) + list(predictor.demos)
+            if not any(p.demos for _, p in compiled.named_predictors()):
+                raise ConfigError("knn found no demos to choose from",
+                                  hint="give a metric so traces can be bootstrapped, or use "
+                                       "ASQA-style data that yields gold demos")
+            install_knn(compiled, k, encoder=knn_encoder)
+        else:  # mipro
+            compiled = _mipro(program, trainset, valset, safe, report, k=k, seed=seed,
+                              num_candidates=num_candidates, trials=mipro_trials,
+                              budget=budget)
+    report.stopped_by_budget = budget.stopped
+    report.nan_scores = safe.nan if safe is not None else 0
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
     report.cost = trace.summary()
     return compiled, report
+
+
+def _random_search(program: dspy.Module, trainset: list[Any], valset: list[Any] | None,
+                   metric: SafeMetric | None, report: CompileReport, *, k: int, seed: int,
+                   threshold: float | None, max_rounds: int, num_candidates: int,
+                   budget: Budget) -> dspy.Module:
+    if metric is None:
+        raise ConfigError("bootstrap-rs needs a metric (e.g. --metric d-f1)")
+    if valset is None:
+        trainset, valset = split_train(trainset, seed=seed)
+    report.settings.update(num_candidates=num_candidates, n_train=len(trainset),
+                           n_val=len(valset))
+    pools = labeled_demos(trainset)
+    best, best_score = None, -math.inf
+    plan: list[tuple[str, int, int]] = [("zero-shot", -1, 0), ("labeled", seed, k)]
+    rng = random.Random(seed)
+    plan += [("bootstrap", seed + i, rng.randint(1, max(1, k))) for i in range(num_candidates)]
+    for kind, cand_seed, size in plan:
+        try:
+            budget.check()
+            if kind == "zero-shot":
+                cand = program.deepcopy()
+            elif kind == "labeled":
+                cand = program.deepcopy()
+                apply_labeled(cand, pools, size, cand_seed)
+            else:
+                cand = bootstrap(program, trainset, metric, k=size, seed=cand_seed,
+                                 threshold=threshold, max_rounds=max_rounds, budget=budget,
+                                 pools=pools)
+                budget.check()
+            result = score_program(cand, valset, metric, budget)
+        except BudgetExhausted:
+            break
+        report.candidates.append({"kind": kind, "seed": cand_seed, "k": size,
+                                  "score": round(result["score"], 6),
+                                  "lm_calls": result["cost"]["lm_calls"]})
+        if result["score"] > best_score:
+            best, best_score = cand, result["score"]
+    if best is None:  # the budget ran out before any candidate was scored
+        best = program.deepcopy()
+        apply_labeled(best, pools, k, seed)
+        report.settings["fallback"] = "labeled (budget spent before any candidate was scored)"
+    else:
+        report.val_score = best_score
+    return best
+
+
+def _mipro(program: dspy.Module, trainset: list[Any], valset: list[Any] | None,
+           metric: SafeMetric | None, report: CompileReport, *, k: int, seed: int,
+           num_candidates: int, trials: int, budget: Budget) -> dspy.Module:
+    if metric is None:
+        raise ConfigError("mipro needs a metric (e.g. --metric d-f1)")
+    budget.check()
+    if valset is None:
+        trainset, valset = split_train(trainset, seed=seed)
+    settings = {"num_candidates": num_candidates, "num_trials": trials, "minibatch": False,
+                "program_aware_proposer": False, "data_aware_proposer": False,
+                "max_bootstrapped_demos": k, "max_labeled_demos": 0,
+                "n_train": len(trainset), "n_val": len(valset)}
+    report.settings.update(settings)
+    names = _signature_names(program)
+    teacher = program.deepcopy()
+    apply_labeled(teacher, labeled_demos(trainset), k, seed)
+    tp = dspy.MIPROv2(metric=metric, auto=None, num_candidates=num_candidates,
+                      max_bootstrapped_demos=k, max_labeled_demos=0, num_threads=1, seed=seed,
+                      init_temperature=0.5, verbose=False, track_stats=False)
+    compiled = tp.compile(program.deepcopy(), trainset=trainset, valset=valset, teacher=teacher,
+                          num_trials=trials, minibatch=False, program_aware_proposer=False,
+                          data_aware_proposer=False, requires_permission_to_run=False)
+    _restore_signature_names(compiled, names)
+    fill_missing_demos(compiled, teacher)
+    score = getattr(compiled, "score", None)
+    report.val_score = float(score) if isinstance(score, int | float) else None
+    return compiled

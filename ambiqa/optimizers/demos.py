@@ -7,7 +7,10 @@ labeled from gold data gets a converter here, and :func:`labeled_demos` returns,
 signature name, a list of ``dspy.Example`` with exactly that signature's fields.
 
 Gold sources: ASQA's qa_pairs (disambiguated questions with short answers), its annotators'
-long answers and knowledge passages (train split only — callers enforce that).
+long answers and knowledge passages; HotpotQA's answers and supporting paragraphs (ReSP's
+generator, the short-answer reader); any short-answer data set's answers (the reader, with
+its gold passages when the data has them, else as the retrieval-free case). Train splits
+only -- callers enforce that.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from ambiqa.types import Interpretation, Passage
 
 def _gold_passages(ex: Any) -> list[Passage]:
     out = []
-    for i, p in enumerate(getattr(ex, "gold_passages", None) or []):
+    supporting = [c for c in getattr(ex, "contexts", None) or []
+                  if isinstance(c, dict) and c.get("is_supporting")]
+    for i, p in enumerate((getattr(ex, "gold_passages", None) or []) + supporting):
         if isinstance(p, dict):
             out.append(Passage(str(p.get("id", f"g{i}")), str(p.get("title", "")),
                                str(p.get("text", ""))))
@@ -80,10 +85,42 @@ def closed_book_demo(ex: Any) -> dspy.Example | None:
     return dspy.Example(question=ex.question, long_answer=str(longs[0])).with_inputs("question")
 
 
+def _short_answer(ex: Any) -> str | None:
+    answers = getattr(ex, "answers", None) or []
+    if isinstance(answers, str):
+        answers = [answers]
+    if getattr(ex, "qa_pairs", None) and len(ex.qa_pairs) > 1:
+        return None  # an ambiguous question has no single short answer
+    answers = [str(a).strip() for a in answers if str(a).strip()]
+    return answers[0] if answers else None
+
+
+def short_answer_demo(ex: Any) -> dspy.Example | None:
+    answer = _short_answer(ex)
+    if answer is None:
+        return None
+    return dspy.Example(question=ex.question, passages=format_passages(_gold_passages(ex)),
+                        answer=answer).with_inputs("question", "passages")
+
+
+def memories_answer_demo(ex: Any) -> dspy.Example | None:
+    from ambiqa.programs.resp import format_global, format_local
+
+    answer, passages = _short_answer(ex), _gold_passages(ex)
+    if answer is None or not passages:
+        return None
+    notes = [f"{p.title}: {p.text}" if p.title else p.text for p in passages]
+    return dspy.Example(question=ex.question, global_evidence=format_global(notes),
+                        local_pathway=format_local([]), answer=answer,
+                        ).with_inputs("question", "global_evidence", "local_pathway")
+
+
 CONVERTERS: dict[str, Callable[[Any], dspy.Example | None]] = {
     "ClarifyFromPassages": clarify_demo,
     "WriteLongAnswer": long_answer_demo,
     "ClosedBookLongAnswer": closed_book_demo,
+    "ShortAnswer": short_answer_demo,
+    "AnswerFromMemories": memories_answer_demo,
 }
 
 

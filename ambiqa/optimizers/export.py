@@ -4,11 +4,23 @@ For every predictor the exporter asks DSPy's ChatAdapter -- the adapter that for
 calls -- to format the predictor's signature, instructions and demos with ``{field}``
 placeholders in place of the inputs. Filling the placeholders and sending the messages to the
 same LM reproduces the call DSPy would make; :func:`verify_export` checks exactly that.
+
+Formats: ``md`` (for reading and review), ``json`` (messages with ``{field}`` placeholders, for
+code) and ``jinja`` (one Jinja2 macro per predictor taking the input fields as arguments and
+rendering the messages, each after a ``[[role:NAME]]`` line; :func:`messages_from_jinja`
+renders and splits it). Input values go in already rendered as text, as DSPy renders them.
+
+Uncompiled programs: exporting a program that was never compiled (an artifact made with
+``--optimizer none``, or a bare program name on the CLI) is allowed and gives its zero-shot
+prompts; the rendering says so ("uncompiled: zero-shot prompts") so nobody mistakes them for
+optimized ones. knn-compiled predictors export their whole demo pool; at run time each call
+shows only the nearest ``k`` of them, and :func:`verify_export` selects them the same way.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import dspy
@@ -16,25 +28,34 @@ from dspy.adapters.chat_adapter import ChatAdapter
 
 from ambiqa.errors import ConfigError
 
-FORMATS = ("md", "json")
+FORMATS = ("md", "json", "jinja")
+ROLE_LINE = "[[role:{}]]"
 
 
 def placeholder(name: str) -> str:
     return "{" + name + "}"
 
 
-def predictor_prompt(name: str, predictor: Any) -> dict[str, Any]:
-    """The messages DSPy would send for ``predictor``, inputs left as ``{field}``."""
+def predictor_prompt(name: str, predictor: Any,
+                     select_for: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The messages DSPy would send for ``predictor``, inputs left as ``{field}``.
+
+    ``select_for``: for a knn predictor, format the demos it would pick for these inputs
+    (otherwise its whole pool)."""
     signature = predictor.signature
     inputs = {k: placeholder(k) for k in signature.input_fields}
-    messages = ChatAdapter().format(signature, demos=list(predictor.demos), inputs=inputs)
+    demos = list(predictor.demos)
+    if select_for is not None and hasattr(predictor, "_knn_select") \
+            and len(demos) > predictor.knn_k:
+        demos = predictor._knn_select(select_for)
+    messages = ChatAdapter().format(signature, demos=demos, inputs=inputs)
     return {
         "predictor": name,
         "signature": signature.__name__,
         "instructions": signature.instructions,
         "input_fields": list(signature.input_fields),
         "output_fields": list(signature.output_fields),
-        "n_demos": len(predictor.demos),
+        "n_demos": len(demos),
         "messages": messages,
     }
 
@@ -46,13 +67,22 @@ def export_prompts(program: dspy.Module) -> list[dict[str, Any]]:
     return prompts
 
 
+def is_uncompiled(manifest: dict | None, prompts: list[dict[str, Any]]) -> bool:
+    name = ((manifest or {}).get("optimizer") or {}).get("name")
+    return name in (None, "none") and not any(p["n_demos"] for p in prompts)
+
+
 def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None = None) -> str:
+    if fmt == "jinja":
+        return render_jinja(prompts, manifest)
     if fmt == "json":
         return json.dumps({"manifest": manifest or {}, "prompts": prompts}, indent=2,
                           ensure_ascii=False)
     if fmt != "md":
         raise ConfigError(f"unknown export format {fmt!r}", hint=f"choose one of {FORMATS}")
     lines: list[str] = []
+    if is_uncompiled(manifest, prompts):
+        lines += ["> uncompiled: zero-shot prompts (no demos, instructions as written)", ""]
     if manifest:
         lines += [f"# Prompts of `{manifest.get('program')}`", "",
                   f"- compiled with: {manifest.get('optimizer', {}).get('name')} "
@@ -68,6 +98,71 @@ def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None
     return "\n".join(lines)
 
 
+def _jinja_name(predictor: str) -> str:
+    return re.sub(r"\W", "_", predictor)
+
+
+def _jinja_text(content: str, fields: list[str]) -> str:
+    """Template text for one message: literal parts raw, ``{field}`` → ``{{ field }}``."""
+    if not fields:
+        parts = [content]
+    else:
+        parts = re.split("(" + "|".join(re.escape(placeholder(f)) for f in fields) + ")", content)
+    out = []
+    for part in parts:
+        if fields and part in {placeholder(f) for f in fields}:
+            out.append("{{ " + part[1:-1] + " }}")
+        elif part:
+            safe = part.replace("{% endraw %}", "{% endraw %}{{ '{% endraw %}' }}{% raw %}")
+            out.append("{% raw %}" + safe + "{% endraw %}")
+    return "".join(out)
+
+
+def render_jinja(prompts: list[dict[str, Any]], manifest: dict | None = None) -> str:
+    """One Jinja2 macro per predictor; see :func:`messages_from_jinja`."""
+    head = [f"{{# ambiqa prompts of {(manifest or {}).get('program', 'a program')}: one macro "
+            "per predictor; call it with the input fields (rendered as text) #}"]
+    if is_uncompiled(manifest, prompts):
+        head.append("{# uncompiled: zero-shot prompts #}")
+    blocks = []
+    for p in prompts:
+        body = "".join("\n" + ROLE_LINE.format(m["role"]) + "\n"
+                       + _jinja_text(m["content"], p["input_fields"] if i == len(
+                           p["messages"]) - 1 else [])
+                       for i, m in enumerate(p["messages"]))
+        blocks.append(f"{{# {p['predictor']}: {p['signature']}, {p['n_demos']} demos #}}"
+                      f"{{% macro {_jinja_name(p['predictor'])}("
+                      f"{', '.join(p['input_fields'])}) %}}{body}\n{{% endmacro %}}")
+    return "\n".join(head + blocks) + "\n"
+
+
+def messages_from_jinja(template: str, predictor: str,
+                        inputs: dict[str, Any]) -> list[dict[str, str]]:
+    """Render a predictor's macro from a ``jinja`` export into chat messages."""
+    import jinja2
+
+    env = jinja2.Environment(autoescape=False, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    module = env.from_string(template).module
+    macro = getattr(module, _jinja_name(predictor), None)
+    if macro is None:
+        raise ConfigError(f"no macro for predictor {predictor!r} in this template")
+    text = str(macro(**{k: _render_value(v) for k, v in inputs.items()}))
+    pieces = re.split(r"\n\[\[role:(\w+)\]\]\n", text)
+    messages = [{"role": pieces[i], "content": pieces[i + 1]} for i in range(1, len(pieces), 2)]
+    if messages and messages[-1]["content"].endswith("\n"):
+        messages[-1]["content"] = messages[-1]["content"][:-1]
+    return messages
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    from dspy.adapters.utils import format_field_value
+
+    return format_field_value(field_info=None, value=value)
+
+
 def fill(messages: list[dict[str, str]], inputs: dict[str, Any]) -> list[dict[str, str]]:
     """Put input values into the placeholders of the final user message.
 
@@ -77,34 +172,37 @@ def fill(messages: list[dict[str, str]], inputs: dict[str, Any]) -> list[dict[st
     out = [dict(m) for m in messages]
     last = out[-1]["content"]
     for key, value in inputs.items():
-        from dspy.adapters.utils import format_field_value
-
-        rendered = format_field_value(field_info=None, value=value) if not isinstance(
-            value, str) else value
-        last = last.replace(placeholder(key), rendered)
+        last = last.replace(placeholder(key), _render_value(value))
     out[-1]["content"] = last
     return out
 
 
 def verify_export(program: dspy.Module, examples: list[dict[str, dict[str, Any]]],
-                  lm: Any) -> list[dict[str, Any]]:
+                  lm: Any, via: str = "json") -> list[dict[str, Any]]:
     """Send filled exported prompts straight to ``lm`` and compare with DSPy's own outputs.
 
     ``examples`` maps predictor name → inputs. For each, the predictor is run through DSPy
     and the exported prompt, filled with the same inputs, is sent to the LM outside any
     module; both replies are parsed with the adapter and compared. Needs deterministic
-    decoding (temperature 0) and no response cache differences.
+    decoding (temperature 0) and no response cache differences. ``via="jinja"`` renders the
+    prompt from the Jinja export instead of filling the JSON placeholders.
     """
+    if via not in ("json", "md", "jinja"):
+        raise ConfigError(f"unknown export format {via!r}", hint=f"choose one of {FORMATS}")
     results = []
     predictors = dict(program.named_predictors())
     adapter = ChatAdapter()
     for item in examples:
         for name, inputs in item.items():
             predictor = predictors[name]
-            prompt = predictor_prompt(name, predictor)
+            prompt = predictor_prompt(name, predictor, select_for=inputs)
             with dspy.context(lm=lm, adapter=adapter):
                 dspy_out = predictor(**inputs)
-            raw = lm(messages=fill(prompt["messages"], inputs))
+            if via == "jinja":
+                messages = messages_from_jinja(render_jinja([prompt]), name, inputs)
+            else:
+                messages = fill(prompt["messages"], inputs)
+            raw = lm(messages=messages)
             text = raw[0] if isinstance(raw, list) else raw
             text = text.get("text", "") if isinstance(text, dict) else str(text)
             parsed = adapter.parse(predictor.signature, text)
@@ -127,3 +225,28 @@ def _plain(obj: Any) -> Any:
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(_plain(a), sort_keys=True, default=str) == json.dumps(
         _plain(b), sort_keys=True, default=str)
+
+
+def capture_inputs(program: dspy.Module, questions: list[str]) -> list[dict[str, dict[str, Any]]]:
+    """Run ``program`` on ``questions`` and record, per question, the inputs each predictor
+    received on its first call (what :func:`verify_export` replays)."""
+    from dspy.utils.callback import BaseCallback
+
+    names = {id(p): n for n, p in program.named_predictors()}
+    captured: list[dict[str, dict[str, Any]]] = []
+
+    class _Capture(BaseCallback):
+        def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+            name = names.get(id(instance))
+            if name is None or not captured or name in captured[-1]:
+                return
+            args = inputs.get("kwargs", inputs) if isinstance(inputs, dict) else {}
+            fields = instance.signature.input_fields
+            captured[-1][name] = {k: v for k, v in args.items() if k in fields}
+
+    callbacks = [*dspy.settings.callbacks, _Capture()]
+    for q in questions:
+        captured.append({})
+        with dspy.context(callbacks=callbacks):
+            program(question=q)
+    return captured

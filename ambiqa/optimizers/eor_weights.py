@@ -1,0 +1,452 @@
+"""Tune EoR's voter (Li et al. 2024, Sec. 4.2) over cached answers: no LM call per trial.
+
+EoR answers once per pool member and votes (:func:`ambiqa.programs.eor.vote`). The vote
+depends only on the member answers and their pairwise similarities, which an EoR prediction
+records (``member_answers``, ``similarities``), so the weights can be searched offline:
+
+1. **Cache** the per-member answers and similarity matrices of training questions, with
+   their gold answers: from an evaluation run's ``results.jsonl`` (the EoR predictions are in
+   it; gold answers come from the data spec, joined by example id) with :func:`load_cache`,
+   or by a dedicated pass with :func:`collect_cache`, which runs EoR with every member active.
+2. **Search** with Optuna (TPE): metric weights ω^s ∈ [0, 0.6] per similarity metric,
+   retriever weights ω^r ∈ [0, 0.6] per member (the paper's upper bound, "to prevent
+   over-reliance on a single retriever"), the threshold t (the paper's 0.1, fixed unless
+   ``tune_threshold``) and the pooling function (mean, max, majority, plurality). The paper
+   used Nelder-Mead and fixed mean pooling; TPE handles the categorical pooling and the
+   threshold's discontinuity directly. The objective is the mean correctness of the winning
+   answer on the cached questions (``em``, ``f1`` or ``contains`` against the gold answers;
+   the paper used BEM, which needs a model not available here).
+3. Each trial is one vectorized vote over all cached questions (numpy; :func:`vote_batch`,
+   equal to :func:`~ambiqa.programs.eor.vote` question by question, which a test checks), so
+   thousands of trials take seconds -- mostly the sampler's own time.
+
+The tuned weights load into the program as constructor settings (:func:`eor_config`,
+``EoR(retriever, **config)``) or as an artifact (:func:`save_weights_artifact`, then
+``ambiqa.load(path, retriever=..., program_kwargs={"sources": {...}})``). Report them with
+:func:`weights_table` (Markdown) and :func:`plot_weights` (a heatmap like the paper's Fig. 6).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ambiqa.errors import ConfigError, DataError
+from ambiqa.evaluation.metrics import exact_match, normalize_answer, token_f1
+from ambiqa.programs.eor import DEFAULT_METRIC_WEIGHTS, DEFAULT_THRESHOLD, METRICS, POOLINGS
+
+UPPER = 0.6  # the paper's upper bound for ω^s and ω^r
+CACHE_FORMAT = "ambiqa-eor-cache"
+GOLD_METRICS = ("em", "f1", "contains")
+DEFAULT_WEIGHTS: dict[str, Any] = {"metric_weights": dict(DEFAULT_METRIC_WEIGHTS),
+                                   "retriever_weights": {}, "threshold": DEFAULT_THRESHOLD,
+                                   "pooling": "mean", "equivalence": 0.5}
+
+
+def _correct(answer: str, gold: list[str], how: str) -> float:
+    if not answer:
+        return 0.0
+    if how == "em":
+        return exact_match(answer, gold)
+    if how == "f1":
+        return token_f1(answer, gold)
+    if how == "contains":
+        norm = normalize_answer(answer)
+        return float(any(g and normalize_answer(g) in norm for g in gold))
+    raise ConfigError(f"unknown gold metric {how!r}", hint=f"choose from {GOLD_METRICS}")
+
+
+@dataclass
+class Cache:
+    """Cached EoR votes: per question its gold answers, member answers and similarities."""
+
+    rows: list[dict[str, Any]]
+    gold_metric: str = "em"
+    source: str = ""
+    members: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.gold_metric not in GOLD_METRICS:
+            raise ConfigError(f"unknown gold metric {self.gold_metric!r}",
+                              hint=f"choose from {GOLD_METRICS}")
+        rows = [r for r in self.rows if r.get("answers")]
+        if not self.members:  # rebuild the pool order from the rows (each a subsequence)
+            for r in rows:
+                specs = list(r["answers"])
+                for j, spec in enumerate(specs):
+                    if spec in self.members:
+                        continue
+                    later = [self.members.index(s) for s in specs[j + 1:] if s in self.members]
+                    self.members.insert(min(later) if later else len(self.members), spec)
+        missing = {s for r in rows for s in r["answers"]} - set(self.members)
+        if missing:
+            raise DataError(f"cached answers from members not in the pool: {sorted(missing)}")
+        if not self.metrics:
+            common = None
+            for r in rows:
+                have = set(r.get("similarities") or {})
+                common = have if common is None else common & have
+            self.metrics = [m for m in METRICS if common and m in common]
+        self.questions = rows
+        n, k, m = len(rows), len(self.metrics), len(self.members)
+        col = {spec: j for j, spec in enumerate(self.members)}
+        self.S = np.zeros((n, k, m, m), dtype=np.float64)
+        self.present = np.zeros((n, m), dtype=bool)
+        self.correct = np.zeros((n, m), dtype=np.float64)
+        for i, r in enumerate(rows):
+            specs = list(r["answers"])
+            idx = [col[s] for s in specs]
+            for a, spec in enumerate(specs):
+                self.present[i, idx[a]] = True
+                self.correct[i, idx[a]] = _correct(r["answers"][spec], r["gold"],
+                                                   self.gold_metric)
+            for kk, metric in enumerate(self.metrics):
+                mat = np.asarray(r["similarities"][metric], dtype=np.float64)
+                if mat.shape != (len(specs), len(specs)):
+                    raise DataError(f"question {r.get('id')}: similarities[{metric}] is "
+                                    f"{mat.shape}, expected {len(specs)}x{len(specs)}")
+                self.S[i, kk][np.ix_(idx, idx)] = mat
+
+    def oracle(self) -> float:
+        """Upper bound: a voter that always picks a correct member when one exists."""
+        return float(self.correct.max(axis=1).mean()) if len(self.questions) else 0.0
+
+    def member_accuracy(self) -> dict[str, float]:
+        return {spec: float(self.correct[:, j].mean()) for j, spec in enumerate(self.members)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": CACHE_FORMAT, "source": self.source, "members": self.members,
+                "rows": self.questions}
+
+
+# ---- the vectorized voter -----------------------------------------------------------------------
+def vote_batch(cache: Cache, weights: dict[str, Any]) -> np.ndarray:
+    """Winner column per cached question under ``weights`` (-1: no active member)."""
+    if not len(cache.questions):
+        return np.zeros(0, dtype=int)
+    ws = np.array([float((weights.get("metric_weights") or {}).get(m, 0.0))
+                   for m in cache.metrics])
+    unknown = set(weights.get("metric_weights") or {}) - set(cache.metrics)
+    if any((weights.get("metric_weights") or {}).get(m) for m in unknown):
+        raise ConfigError(f"metric weights for {sorted(unknown)}, which the cache lacks")
+    rw = weights.get("retriever_weights") or {}
+    wr = np.array([float(rw.get(spec, 1.0)) for spec in cache.members])
+    t = float(weights.get("threshold", DEFAULT_THRESHOLD))
+    pooling = weights.get("pooling", "mean")
+    eq = float(weights.get("equivalence", 0.5))
+    if pooling not in POOLINGS:
+        raise ConfigError(f"unknown pooling {pooling!r}", hint=f"choose from {POOLINGS}")
+    n, m = cache.present.shape
+    combined = np.einsum("k,nkij->nij", ws, cache.S) if len(ws) else np.zeros((n, m, m))
+    active = cache.present & (wr > t)[None, :]
+    others = active[:, None, :] & ~np.eye(m, dtype=bool)[None, :, :]
+    count = others.sum(-1)
+    above = ((combined > eq) & others).sum(-1)
+    if pooling == "mean":
+        pooled = np.where(count > 0, (combined * others).sum(-1) / np.maximum(count, 1), 0.0)
+    elif pooling == "max":
+        pooled = np.where(count > 0, np.where(others, combined, -np.inf).max(-1), 0.0)
+    elif pooling == "majority":
+        pooled = (above >= count / 2).astype(np.float64)
+    else:  # plurality
+        top = np.where(active, above, -1).max(-1, keepdims=True)
+        pooled = (above == top).astype(np.float64)
+    scores = np.round(wr[None, :] * pooled, 9)
+    scores = np.where(active, scores, -np.inf)
+    winner = scores.argmax(-1)  # first maximum, as vote() breaks ties
+    winner[~active.any(-1)] = -1
+    return winner
+
+
+def accuracy(cache: Cache, weights: dict[str, Any]) -> float:
+    """Mean correctness of the voted answer over the cached questions."""
+    winner = vote_batch(cache, weights)
+    if not len(winner):
+        return 0.0
+    got = np.where(winner >= 0, cache.correct[np.arange(len(winner)), np.maximum(winner, 0)],
+                   0.0)
+    return float(got.mean())
+
+
+# ---- building caches ----------------------------------------------------------------------------
+def _row(id_: str, question: str, gold: list[str], pred: dict[str, Any]) -> dict[str, Any]:
+    return {"id": id_, "question": question, "gold": [str(g) for g in gold],
+            "answers": dict(pred.get("member_answers") or {}),
+            "similarities": dict(pred.get("similarities") or {})}
+
+
+def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: str = "em",
+               ) -> Cache:
+    """Read a cache JSON (:meth:`Cache.to_json`) or an EoR run's ``results.jsonl``.
+
+    For ``results.jsonl`` the gold answers come from ``data_spec`` (joined by example id)
+    unless the rows carry ``gold``; rows without member answers (errors) are skipped.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"EoR cache not found: {path}")
+    if path.suffix == ".json":
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+            raise DataError(f"{path} is not an EoR answer cache (format {CACHE_FORMAT})")
+        return Cache(doc["rows"], gold_metric, str(path), list(doc.get("members") or []))
+    gold_by_id: dict[str, list[str]] = {}
+    if data_spec:
+        from ambiqa.data import load_dataset
+        from ambiqa.evaluation.registry import gold_answers_of
+        from ambiqa.evaluation.runner import example_id
+
+        for i, ex in enumerate(load_dataset(data_spec)):
+            gold_by_id[example_id(ex, i)] = gold_answers_of(ex)
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line
+            pred = r.get("prediction") or {}
+            if not pred.get("member_answers"):
+                continue
+            gold = r.get("gold") or gold_by_id.get(str(r.get("id")))
+            if gold is None:
+                raise DataError(f"{path}: no gold answers for example {r.get('id')}",
+                                hint="pass the data spec the run used (--data)")
+            rows.append(_row(str(r.get("id")), r.get("question", ""), gold, pred))
+    return Cache(rows, gold_metric, str(path))
+
+
+def collect_cache(program: Any, examples: list[Any], *, gold_metric: str = "em",
+                  progress: Any = None) -> Cache:
+    """Run EoR on ``examples`` with every member active and cache what the voter needs.
+
+    The program is copied and its retriever weights cleared and threshold set to 0, so no
+    member is skipped (tuning must see every member's answer).
+    """
+    from ambiqa.evaluation.registry import gold_answers_of
+
+    runner = program.deepcopy()
+    runner.retriever_weights = {}
+    runner.threshold = 0.0
+    rows = []
+    for i, ex in enumerate(examples):
+        pred = runner(question=ex.question)
+        rows.append(_row(str(getattr(ex, "id", None) or f"ex{i}"), ex.question,
+                         gold_answers_of(ex), {"member_answers": pred.member_answers,
+                                               "similarities": pred.similarities}))
+        if progress is not None:
+            progress(i + 1, len(examples))
+    return Cache(rows, gold_metric, "collect", list(program.pool))
+
+
+# ---- the search ---------------------------------------------------------------------------------
+@dataclass
+class WeightsResult:
+    weights: dict[str, Any]
+    value: float
+    trials: int
+    seconds: float
+
+    @property
+    def trials_per_s(self) -> float:
+        return round(self.trials / self.seconds, 1) if self.seconds > 0 else math.inf
+
+
+def weights_from_params(params: dict[str, Any], cache: Cache,
+                        threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
+    return {"metric_weights": {m: round(params[f"ws.{m}"], 6) for m in cache.metrics},
+            "retriever_weights": {s: round(params[f"wr.{s}"], 6) for s in cache.members},
+            "threshold": round(params.get("t", threshold), 6),
+            "pooling": params.get("pooling", "mean"),
+            "equivalence": 0.5}
+
+
+SAMPLERS = ("auto", "tpe", "qmc", "random")
+TPE_TAIL = 100
+
+
+def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
+                 tune_threshold: bool = False, poolings: tuple[str, ...] = POOLINGS,
+                 study: str | None = None, storage: str | None = None,
+                 sampler: str = "auto") -> WeightsResult:
+    """Optuna search over ω^s, ω^r (≤ 0.6), pooling (and t); returns the best weights.
+
+    ``sampler``: ``tpe``; ``qmc`` (Sobol) or ``random``; ``auto`` (default) = TPE for up to
+    100 trials, else quasi-random exploration for all but the last 100 trials and TPE
+    (which sees the whole history) for those. Why: a trial's vote costs ~0.1 ms, but TPE's
+    own sampling grows with the history (about 30 ms per trial at 1,500 trials on 2 shared
+    cores), so pure TPE manages tens of trials per second where ``auto`` manages hundreds.
+
+    In-memory study unless ``storage`` (any Optuna RDB URL) is given. The default weights are
+    enqueued as the first trial so the result is never worse than them on the cache (they
+    are rescaled into the bounds: equal ω^s and ω^r = 0.6, which votes identically).
+    """
+    if sampler not in SAMPLERS:
+        raise ConfigError(f"unknown sampler {sampler!r}", hint=f"choose from {SAMPLERS}")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if not cache.questions:
+        raise ConfigError("the EoR cache holds no questions with member answers")
+    if not cache.metrics:
+        raise ConfigError("the EoR cache has no similarity metric common to all questions")
+    tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(50, max(5, trials // 20)))
+    import warnings
+
+    with warnings.catch_warnings():  # QMC is "experimental" in Optuna 5
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        explore = (optuna.samplers.RandomSampler(seed=seed) if sampler == "random"
+                   else optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False))
+    n_explore = {"tpe": 0, "qmc": trials, "random": trials,
+                 "auto": max(0, trials - TPE_TAIL)}[sampler]
+    st = optuna.create_study(study_name=study, storage=storage, direction="maximize",
+                             sampler=explore if n_explore else tpe,
+                             load_if_exists=bool(study and storage))
+    default = {f"ws.{m}": UPPER * (1.0 if m in DEFAULT_METRIC_WEIGHTS else 0.0)
+               for m in cache.metrics}
+    default.update({f"wr.{s}": UPPER for s in cache.members}, pooling="mean")
+    if tune_threshold:
+        default["t"] = DEFAULT_THRESHOLD
+    if not st.trials:
+        st.enqueue_trial(default)
+
+    def objective(trial: Any) -> float:
+        params = {f"ws.{m}": trial.suggest_float(f"ws.{m}", 0.0, UPPER) for m in cache.metrics}
+        params.update({f"wr.{s}": trial.suggest_float(f"wr.{s}", 0.0, UPPER)
+                       for s in cache.members})
+        params["pooling"] = trial.suggest_categorical("pooling", list(poolings))
+        if tune_threshold:
+            params["t"] = trial.suggest_float("t", 0.0, 0.3)
+        return accuracy(cache, weights_from_params(params, cache))
+
+    start = time.perf_counter()
+    if n_explore:
+        st.optimize(objective, n_trials=n_explore)
+    if trials - n_explore:
+        st.sampler = tpe
+        st.optimize(objective, n_trials=trials - n_explore)
+    seconds = time.perf_counter() - start
+    best = st.best_trial
+    return WeightsResult(weights_from_params(best.params, cache), float(best.value), trials,
+                         seconds)
+
+
+# ---- using and reporting the weights ----------------------------------------------------------
+def eor_config(weights: dict[str, Any], members: list[str] | None = None) -> dict[str, Any]:
+    """EoR constructor settings for ``weights`` (``EoR(retriever, **config)``)."""
+    cfg = {"metric_weights": dict(weights["metric_weights"]),
+           "retriever_weights": dict(weights.get("retriever_weights") or {}),
+           "threshold": float(weights.get("threshold", DEFAULT_THRESHOLD)),
+           "pooling": weights.get("pooling", "mean"),
+           "equivalence": float(weights.get("equivalence", 0.5))}
+    if members:
+        cfg["pool"] = list(members)
+    return cfg
+
+
+def save_weights_artifact(path: str | Path, weights: dict[str, Any], cache: Cache,
+                          report: dict[str, Any] | None = None) -> Path:
+    """An EoR artifact whose program config carries the tuned weights (no demos)."""
+    import dspy
+
+    import ambiqa
+    from ambiqa.optimizers.artifact import save_artifact
+    from ambiqa.programs.eor import EoR
+
+    program = EoR(retriever=None, similarity_metrics=tuple(cache.metrics),
+                  **eor_config(weights, cache.members))
+    manifest = {
+        "program": "eor", "program_config": program.config(),
+        "ambiqa_version": ambiqa.__version__, "dspy_version": dspy.__version__,
+        "lm": None, "retriever": {"kind": None, "index": None, "fingerprint": None},
+        "metric": cache.gold_metric, "reader": None, "train": cache.source, "dev": None,
+        "scores": {"train": (report or {}).get("train"), "dev": (report or {}).get("dev")},
+        "optimizer": {"name": "eor-weights", "upper_bound": UPPER,
+                      "trials": (report or {}).get("trials"),
+                      "note": "voter weights tuned over cached member answers; no demos"},
+        "optuna": None, "demos_per_predictor": {}, "compile_cost": {"lm_calls": 0},
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    return save_artifact(path, program, manifest)
+
+
+def weights_table(rows: dict[str, dict[str, Any]], members: list[str]) -> str:
+    """Markdown: one row per weight set, columns ω^s per metric, ω^r per member, t, pooling."""
+    metrics = sorted({m for w in rows.values() for m in (w.get("metric_weights") or {})},
+                     key=lambda m: METRICS.index(m) if m in METRICS else 99)
+    head = ["weights", *[f"ω^s {m}" for m in metrics], *[f"ω^r {s}" for s in members], "t",
+            "pooling"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, w in rows.items():
+        rw = w.get("retriever_weights") or {}
+        cells = [label, *[f"{(w.get('metric_weights') or {}).get(m, 0.0):.3f}" for m in metrics],
+                 *[f"{rw.get(s, 1.0):.3f}" for s in members],
+                 f"{w.get('threshold', DEFAULT_THRESHOLD):.2f}", str(w.get("pooling", "mean"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_weights(rows: dict[str, dict[str, Any]], members: list[str], path: str | Path) -> Path:
+    """Heatmap of retriever weights (rows: weight sets, columns: members), like EoR Fig. 6,
+    with the metric weights beside it. Colours are relative to each row's largest weight
+    (defaults are 1.0, tuned ones at most 0.6); cells print the raw values; members at or
+    below the threshold are hatched out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ambiqa.fsutil import atomic_write
+
+    labels = list(rows)
+    metrics = [m for m in METRICS if any(m in (w.get("metric_weights") or {})
+                                         for w in rows.values())]
+    wr = np.array([[float((rows[r].get("retriever_weights") or {}).get(s, 1.0))
+                    for s in members] for r in labels])
+    ws = np.array([[float((rows[r].get("metric_weights") or {}).get(m, 0.0)) for m in metrics]
+                   for r in labels])
+
+    def rel(a: np.ndarray) -> np.ndarray:
+        top = a.max(axis=1, keepdims=True) if a.size else a
+        return np.divide(a, top, out=np.zeros_like(a), where=top > 0)
+
+    fig, axes = plt.subplots(1, 2, figsize=(2 + 1.1 * (len(members) + len(metrics)),
+                                            1.2 + 0.6 * len(labels)),
+                             gridspec_kw={"width_ratios": [max(1, len(members)),
+                                                           max(1, len(metrics))]})
+    for ax, data, cols, title in ((axes[0], wr, members, "retriever weight ω^r"),
+                                  (axes[1], ws, metrics, "metric weight ω^s")):
+        ax.imshow(rel(data), cmap="Blues", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(cols)), cols, rotation=35, ha="right", fontsize=8)
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_title(title, fontsize=9)
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if rel(data)[i, j] > 0.6 else "black")
+    for i, label in enumerate(labels):
+        t = float(rows[label].get("threshold", DEFAULT_THRESHOLD))
+        for j in range(len(members)):
+            if wr[i, j] <= t:
+                axes[0].add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                                hatch="//", edgecolor="grey", lw=0))
+    fig.tight_layout()
+    path = Path(path)
+
+    def write(fh: Any) -> None:
+        fig.savefig(fh, format="png", dpi=120)
+
+    atomic_write(path, write, mode="wb")
+    plt.close(fig)
+    return path

@@ -1,0 +1,172 @@
+"""``ambiqa tune``: Optuna study over demos, teleprompter and knobs; resume, budget, kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from ambiqa.data import demo_corpus_path, load_corpus, load_dataset
+from ambiqa.errors import ConfigError
+from ambiqa.evaluation.registry import dspy_metric
+from ambiqa.optimizers.artifact import load_artifact, read_artifact
+from ambiqa.optimizers.knn import KNNPredict
+from ambiqa.optimizers.tune import TuneConfig, redact_url, tune
+from ambiqa.retrieval.base import InMemoryRetriever
+from tests.unit.test_optim_compile import HashEncoder, _fake_lm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def demo_retriever():
+    return InMemoryRetriever(load_corpus(demo_corpus_path()))
+
+
+def _cfg(tmp_path, **over):
+    base = dict(program="vanilla_rag", study="s1", storage=f"sqlite:///{tmp_path}/t.db",
+                trials=4, train="demo:train", metric="str-em", max_demos=2, n_sets=2,
+                pool_size=3)
+    base.update(over)
+    return TuneConfig(**base)
+
+
+def test_tune_writes_best_trial_artifact_and_resumes_without_rebuilding_pools(
+        tmp_path, use_lm, demo_retriever):
+    lm = use_lm(_fake_lm())
+    out = tmp_path / "best.json"
+    enc = HashEncoder()
+    res = tune(_cfg(tmp_path), load_dataset("demo:train"), dspy_metric("str-em"),
+               retriever=demo_retriever, out=out, knn_encoder=enc)
+    assert res.n_complete == 4 and res.artifact == str(out)
+    first_calls = len(lm.engine.calls)
+    doc = read_artifact(out)
+    m = doc["manifest"]
+    assert m["optuna"]["study"] == "s1" and m["optuna"]["trial"] == res.best_trial
+    assert m["scores"]["train"] == pytest.approx(res.best_score)
+    assert m["optimizer"]["name"] in {"labeled", "bootstrap", "knn"}
+    assert m["program_config"]["k"] == res.best_params["program.k"]
+    loaded = load_artifact(out, retriever=demo_retriever, knn_encoder=enc)
+    assert loaded(question="Who wrote Little Women?").answer
+    # resume: 2 more trials, pools come from the study (no bootstrap pass again)
+    lm.engine.calls.clear()
+    res2 = tune(_cfg(tmp_path, trials=6), load_dataset("demo:train"), dspy_metric("str-em"),
+                retriever=demo_retriever, out=out, knn_encoder=enc)
+    assert res2.n_complete == 6 and res2.ran_trials == 2
+    n_val = 3  # a third of the 10 demo questions
+    assert len(lm.engine.calls) <= 2 * n_val * 2 < first_calls
+    study = optuna.load_study(study_name="s1", storage=f"sqlite:///{tmp_path}/t.db")
+    assert "pools" in study.user_attrs and len(study.trials) == 6
+
+
+def test_same_study_with_another_search_space_is_refused(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    tune(_cfg(tmp_path, trials=1, teleprompters=("labeled",)), load_dataset("demo:train"),
+         dspy_metric("str-em"), retriever=demo_retriever)
+    with pytest.raises(ConfigError, match=r"different search space \(differs in: max_demos"):
+        tune(_cfg(tmp_path, trials=2, teleprompters=("labeled",), max_demos=3),
+             load_dataset("demo:train"), dspy_metric("str-em"), retriever=demo_retriever)
+
+
+def test_budget_stops_the_study_and_keeps_the_best_so_far(tmp_path, use_lm, demo_retriever):
+    lm = use_lm(_fake_lm())
+    out = tmp_path / "best.json"
+    res = tune(_cfg(tmp_path, trials=50, teleprompters=("labeled",), max_lm_calls=14),
+               load_dataset("demo:train"), dspy_metric("str-em"), retriever=demo_retriever,
+               out=out)
+    assert res.stopped_by_budget and 1 <= res.n_complete < 50
+    assert len(lm.engine.calls) <= 14 + 2  # at most one question in flight past the limit
+    assert out.is_file() and read_artifact(out)["manifest"]["optuna"]["trial"] == res.best_trial
+
+
+def test_cost_penalty_is_subtracted_per_question(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    res = tune(_cfg(tmp_path, trials=2, teleprompters=("labeled",), cost_penalty=0.1),
+               load_dataset("demo:train"), dspy_metric("str-em"), retriever=demo_retriever)
+    study = optuna.load_study(study_name="s1", storage=f"sqlite:///{tmp_path}/t.db")
+    for t in study.trials:
+        assert t.value == pytest.approx(t.user_attrs["score"] - 0.1 * t.user_attrs[
+            "lm_calls_per_q"])
+        assert t.user_attrs["lm_calls_per_q"] == 2  # vanilla RAG: clarify + long answer
+    assert res.best_value is not None
+
+
+def test_bad_settings_are_clear_errors(tmp_path, use_lm, demo_retriever):
+    with pytest.raises(ConfigError, match="whole searches"):
+        tune(_cfg(tmp_path, teleprompters=("mipro",)), load_dataset("demo:train"),
+             dspy_metric("str-em"), retriever=demo_retriever)
+    with pytest.raises(ConfigError, match="not a database URL"):
+        tune(_cfg(tmp_path, storage="tune.db"), load_dataset("demo:train"),
+             dspy_metric("str-em"), retriever=demo_retriever)
+    with pytest.raises(ConfigError, match="both fixed"):
+        tune(_cfg(tmp_path, program_config={"k": 3}), load_dataset("demo:train"),
+             dspy_metric("str-em"), retriever=demo_retriever)
+    assert redact_url("postgresql://u:secret@h:5432/db") == "postgresql://u:***@h:5432/db"
+
+
+def test_knn_trial_installs_per_predictor_k(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    out = tmp_path / "knn.json"
+    tune(_cfg(tmp_path, trials=1, teleprompters=("knn",)), load_dataset("demo:train"),
+         dspy_metric("str-em"), retriever=demo_retriever, out=out, knn_encoder=HashEncoder())
+    m = read_artifact(out)["manifest"]
+    assert m["optimizer"]["name"] == "knn" and m["optimizer"]["k"] == 2
+    prog = load_artifact(out, retriever=demo_retriever, knn_encoder=HashEncoder())
+    assert all(isinstance(p, KNNPredict) for _, p in prog.named_predictors())
+
+
+def _tune_cmd(url: str, db: Path, out: Path, trials: int) -> list[str]:
+    return [sys.executable, "-m", "ambiqa.cli", "tune", "closed_book", "--study", "kill",
+            "--storage", f"sqlite:///{db}", "--trials", str(trials), "--train", "demo:train",
+            "--metric", "str-em", "--teleprompters", "labeled,bootstrap", "--max-demos", "1",
+            "--n-sets", "2", "--pool-size", "2", "--out", str(out), "--lm", "openai/fake",
+            "--api-base", url, "--no-cache"]
+
+
+def test_killed_tune_process_resumes(tmp_path):
+    """SIGKILL a tune subprocess mid-study (fake OpenAI endpoint), rerun, finish the study."""
+    from benchmarks.fake_openai_server import serve
+
+    url, shutdown = serve(delay=0.05)
+    db, out = tmp_path / "kill.db", tmp_path / "kill.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AMBIQA_PARALLEL": "1"}
+    try:
+        proc = subprocess.Popen(_tune_cmd(url, db, out, 40), cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        deadline = time.time() + 90
+        # the CLI prints one line per finished trial; never touch the DB while it starts up
+        while time.time() < deadline and proc.poll() is None:
+            done = sum(": complete value" in ln for ln in list(lines))
+            if done >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "".join(lines)[-2000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert done >= 2
+        study = optuna.load_study(study_name="kill", storage=f"sqlite:///{db}")
+        before = sum(t.state.name == "COMPLETE" for t in study.trials)
+        assert before < 40
+        target = before + 2
+        res = subprocess.run(_tune_cmd(url, db, out, target), cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        summary = json.loads(res.stdout.strip().splitlines()[-1])
+        assert summary["n_complete"] == target and summary["ran_trials"] == 2
+        assert read_artifact(out)["manifest"]["optuna"]["study"] == "kill"
+    finally:
+        shutdown()
+
+
