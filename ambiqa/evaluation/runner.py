@@ -316,7 +316,9 @@ def _prepare_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFi
     old = check_run_dir(out_dir, spec, resume)
     if old is not None:
         results.repair()
-        if spec is not None and old.get("data") != spec.data:  # same split, other size
+        if spec is not None and _count(spec.data) > _count(old.get("data", "")):
+            # extended to more examples of the same split; a resume asking for fewer keeps
+            # the larger spec, since results.jsonl still holds those examples
             _write_json(meta, {**old, **spec.to_dict()})
     elif spec is not None:
         _write_json(meta, spec.to_dict())
@@ -386,6 +388,12 @@ def _check_writable(out_dir: Path) -> None:
         why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
         raise ConfigError(f"run directory {out_dir} is not writable: {why}",
                           hint="choose another --out") from exc
+
+
+def _count(data_spec: str) -> float:
+    """The example count of a data spec (``asqa:dev:50`` → 50); a whole split counts as ∞."""
+    tail = str(data_spec).rpartition(":")[2]
+    return int(tail) if tail.isdigit() else float("inf")
 
 
 def _base(data_spec: str) -> str:

@@ -261,3 +261,16 @@ def test_an_old_run_extends_with_additive_run_json(tmp_path):
     for key in ("run", "n", "n_errors", "metrics", "cost"):  # the keys older readers use
         assert key in summary
     assert (tmp_path / "report.md").is_file() and (tmp_path / "plots" / "metrics.png").is_file()
+
+
+def test_a_resume_asking_for_fewer_examples_keeps_the_larger_spec(tmp_path):
+    spec5 = RunSpec(program="echo", data="toy:dev:5", metrics=["em"])
+    evaluate(EchoProgram(), _examples(5), {"em": _em}, out_dir=tmp_path, spec=spec5,
+             progress=False)
+    spec3 = RunSpec(program="echo", data="toy:dev:3", metrics=["em"])
+    prog = EchoProgram()
+    summary = evaluate(prog, _examples(3), {"em": _em}, out_dir=tmp_path, spec=spec3,
+                       resume=True, progress=False)
+    assert prog.calls == [] and summary["n"] == 5
+    # run.json still describes what results.jsonl holds: five examples, not three
+    assert json.loads((tmp_path / "run.json").read_text())["data"] == "toy:dev:5"
