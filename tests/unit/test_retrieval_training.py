@@ -1,0 +1,169 @@
+"""ColBERT training data and the training driver's pure parts (no model is trained here; the
+few-step training run is tests/integration/test_colbert_training.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ambiqa.errors import ConfigError, DataError
+from ambiqa.retrieval import training as tr
+from ambiqa.retrieval.triples import (
+    build_training_data,
+    colbert_text,
+    load_training_data,
+    save_training_data,
+)
+from ambiqa.types import Passage
+
+CORPUS = [
+    Passage("c1", "Eiffel Tower", "The Eiffel Tower was completed in 1889 in Paris."),
+    Passage("c2", "Louvre", "The Louvre opened in 1793 and is the largest art museum."),
+    Passage("c3", "Tower Bridge", "Tower Bridge in London was completed in 1894."),
+    Passage("c4", "Big Ben", "Big Ben is the nickname of the Great Bell, finished 1859."),
+    Passage("c5", "Colosseum", "The Colosseum in Rome was completed in 80 AD."),
+    Passage("c6", "Taj Mahal", "The Taj Mahal was completed around 1653 in Agra."),
+]
+
+
+def _asqa(tmp_path):
+    rows = [{
+        "ambiguous_question": "When was the tower completed?",
+        "qa_pairs": [
+            {"question": "When was the Eiffel Tower completed?", "short_answers": ["1889"]},
+            {"question": "When was Tower Bridge completed?", "short_answers": ["1894"]},
+        ],
+        "annotations": [{"long_answer": "1889 or 1894.", "knowledge": []}],
+        "passages": [
+            {"content": "Eiffel Tower\n\nThe Eiffel Tower was completed in 1889 in Paris.",
+             "wikipage": "Eiffel Tower"},
+            {"content": "Tower Bridge\n\nTower Bridge in London was completed in 1894.",
+             "wikipage": "Tower Bridge"},
+            {"content": "Some Tower\n\nAn unrelated tower that no answer mentions.",
+             "wikipage": "Some Tower"},
+        ],
+    }]
+    path = tmp_path / "asqa_train.json"
+    path.write_text(json.dumps(rows))
+    return f"asqa:{path}"
+
+
+def _hotpot(tmp_path):
+    rows = [{"_id": "h1", "question": "Which opened first, the Louvre or the Colosseum?",
+             "answer": "Colosseum", "supporting_facts": [["Louvre", 0], ["Colosseum", 0]],
+             "context": [["Louvre", ["The Louvre opened in 1793 and is the largest art "
+                                     "museum."]],
+                         ["Colosseum", ["The Colosseum in Rome was completed in 80 AD."]],
+                         ["Pantheon", ["A temple not in the corpus."]]],
+             "type": "comparison", "level": "easy"}]
+    path = tmp_path / "hotpot_train.json"
+    path.write_text(json.dumps(rows))
+    return f"hotpotqa:{path}"
+
+
+def test_triples_use_answer_bearing_positives_and_safe_negatives(tmp_path):
+    data = build_training_data(CORPUS, [_asqa(tmp_path), _hotpot(tmp_path)],
+                               negatives_per_positive=2, random_share=0.5)
+    s = data.stats
+    assert s["queries"] == 4  # ambiguous question + 2 disambiguations + HotpotQA question
+    by_q = {}
+    for q, pos, neg in data.triples:
+        by_q.setdefault(data.queries[q], []).append((data.collection[pos],
+                                                     data.collection[neg]))
+        assert pos != neg
+    eiffel = by_q["When was the Eiffel Tower completed?"]
+    assert {p for p, _ in eiffel} == {colbert_text("Eiffel Tower", CORPUS[0].text)}
+    assert all("1889" not in n for _, n in eiffel)  # a negative never holds the answer
+    amb = by_q["When was the tower completed?"]
+    assert {p for p, _ in amb} == {colbert_text("Eiffel Tower", CORPUS[0].text),
+                                   colbert_text("Tower Bridge", CORPUS[2].text)}
+    assert all("unrelated tower" not in p for p, _ in amb)  # no answer in it: not a positive
+    assert all("1889" not in n and "1894" not in n for _, n in amb)
+    assert s["positives_in_corpus"] == 6 and s["positives_added_from_train_text"] == 0
+    assert len(data.triples) == 2 * 6
+    assert data.fingerprint() == build_training_data(
+        CORPUS, [_asqa(tmp_path), _hotpot(tmp_path)], negatives_per_positive=2,
+        random_share=0.5).fingerprint()  # deterministic
+
+
+def test_positives_missing_from_the_corpus_come_from_the_train_text(tmp_path):
+    data = build_training_data(CORPUS[:3], [_hotpot(tmp_path)], negatives_per_positive=1)
+    assert data.stats["positives_added_from_train_text"] == 1  # the Colosseum paragraph
+    assert any("Colosseum" in c for c in data.collection)
+
+
+def test_evaluation_splits_are_refused(tmp_path):
+    dev = tmp_path / "dev.json"
+    dev.write_text("[]")
+    with pytest.raises(ConfigError, match="not a training split"):
+        build_training_data(CORPUS, [f"asqa:{dev}"])
+    with pytest.raises(ConfigError, match="not a training split"):
+        build_training_data(CORPUS, ["nq:oracle"])
+    with pytest.raises(DataError):
+        build_training_data(CORPUS[:1], [_hotpot(tmp_path)])
+
+
+def test_holdout_keeps_validation_queries_out_of_the_triples(tmp_path):
+    with pytest.raises(DataError, match="no training queries"):  # everything held out
+        build_training_data(CORPUS, [_asqa(tmp_path), _hotpot(tmp_path)], holdout=1.0)
+    for seed in range(40):
+        try:
+            data = build_training_data(CORPUS, [_asqa(tmp_path), _hotpot(tmp_path)],
+                                       holdout=0.5, seed=seed)
+        except DataError:  # this seed held out both examples
+            continue
+        if data.validation:
+            break
+    held = {v["query"] for v in data.validation}
+    assert held and not held & set(data.queries)
+    assert all(v["positives"] for v in data.validation)
+
+
+def test_training_data_round_trips_as_json(tmp_path):
+    data = build_training_data(CORPUS, [_asqa(tmp_path)], negatives_per_positive=1)
+    save_training_data(data, tmp_path / "work")
+    back = load_training_data(tmp_path / "work")
+    assert back.triples == data.triples and back.queries == data.queries
+    assert back.fingerprint() == data.fingerprint()
+    (tmp_path / "work" / "triples.jsonl").write_text("[0, 0, 999]\n")
+    with pytest.raises(DataError, match="outside"):
+        load_training_data(tmp_path / "work")
+
+
+def test_ordered_triples_cycle_through_shuffled_epochs(tmp_path):
+    data = build_training_data(CORPUS, [_asqa(tmp_path)], negatives_per_positive=1)
+    n = len(data.triples)
+    out = tr.ordered_triples(data, steps=3, bsize=n, seed=0)
+    assert len(out) == 3 * n
+    assert sorted(map(tuple, out[:n])) == sorted(map(tuple, data.triples))
+    assert out == tr.ordered_triples(data, steps=3, bsize=n, seed=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dim": 512}, "dim"), ({"steps": 0}, "steps"), ({"bsize": 1}, "bsize"),
+    ({"lr": 0.0}, "lr"), ({"save_every": 0}, "save_every"),
+])
+def test_bad_training_options(tmp_path, kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        tr.train_colbert(tmp_path / "out", **kwargs)
+
+
+def test_training_refuses_to_write_into_a_repository(tmp_path):
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="repository"):
+        tr.train_colbert(tmp_path / "repo" / "ckpt", steps=1)
+    with pytest.raises(ConfigError, match="needs a corpus"):  # a dot-dir inside is fine
+        tr.train_colbert(tmp_path / "repo" / ".cache" / "ckpt", steps=1)
+
+
+def test_changed_settings_do_not_silently_resume(tmp_path, monkeypatch):
+    data = build_training_data(CORPUS, [_asqa(tmp_path)], negatives_per_positive=1)
+    work = tmp_path / "out.work"
+    save_training_data(data, work)
+    state = {"settings": tr._settings(384, 10, 2, 1e-5, 2, 180, 32, True, 0,
+                                      data.fingerprint()), "steps_done": 4}
+    (work / tr.STATE).write_text(json.dumps(state))
+    with pytest.raises(ConfigError, match="other settings") as err:
+        tr.train_colbert(tmp_path / "out", steps=10, bsize=2, lr=3e-5)
+    assert "lr" in err.value.message and "--fresh" in err.value.hint
