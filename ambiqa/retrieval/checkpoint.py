@@ -26,7 +26,6 @@ overrides it with the directory it loads from anyway) and ``model_name`` is left
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ModelError
-from ambiqa.fsutil import atomic_write_json
+from ambiqa.fsutil import atomic_write_json, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +149,7 @@ def _write_identity(out: Path, final_path: Path) -> None:
         "doc_maxlen": DEFAULT_DOC_MAXLEN,
         "query_maxlen": DEFAULT_QUERY_MAXLEN,
         "similarity": "cosine",
-        "weights_sha256": _sha256(out / WEIGHTS_FILE),
+        "weights_sha256": sha256_file(out / WEIGHTS_FILE),
     }
     atomic_write_json(out / INFO_FILE, info)
 
@@ -224,7 +223,7 @@ def checkpoint_info(path: str | os.PathLike[str]) -> dict[str, Any]:
     info.setdefault("kind", "trained")
     info.setdefault("name", p.name)
     if "weights_sha256" not in info:
-        info["weights_sha256"] = _sha256(p / WEIGHTS_FILE)
+        info["weights_sha256"] = sha256_file(p / WEIGHTS_FILE)
     info["id"] = f"{info['name']}@{info['weights_sha256'][:12]}"
     info["path"] = str(p)
     return info
@@ -238,11 +237,4 @@ def checkpoint_id(path: str | os.PathLike[str]) -> str:
 def _is_complete(path: Path) -> bool:
     return path.is_dir() and all((path / f).is_file() for f in (*REQUIRED_FILES, INFO_FILE))
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 

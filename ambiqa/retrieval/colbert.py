@@ -69,7 +69,7 @@ from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, ConfigError, DataError, IndexError_
 from ambiqa.fsutil import atomic_write_json
-from ambiqa.retrieval.base import check_query, timed_search
+from ambiqa.retrieval.base import PassageCheck, check_query, timed_search
 from ambiqa.types import Passage, SharedResource
 
 log = logging.getLogger(__name__)
@@ -956,22 +956,13 @@ def _write_collection(passages: Iterator[Passage], out: Path) -> tuple[int, str]
 
     Returns the passage count and the corpus sha256. Only the set of ids is held in memory.
     """
-    seen: set[str] = set()
+    check = PassageCheck()
     fp = _Fingerprint()
     n = 0
     with open(out / COLLECTION, "w", encoding="utf-8") as jsonl, \
             open(out / COLBERT_TSV, "w", encoding="utf-8") as tsv:
         for p in passages:
-            if not isinstance(p, Passage):
-                raise DataError(f"corpus item {n} is a {type(p).__name__}, not a Passage")
-            if not p.id:
-                raise DataError(f"passage {n} has an empty id")
-            if p.id in seen:
-                raise DataError(f"duplicate passage id {p.id!r} in the corpus",
-                                hint="passage ids must be unique; deduplicate the corpus")
-            if not (p.title.strip() or p.text.strip()):
-                raise DataError(f"passage {p.id!r} has neither title nor text")
-            seen.add(p.id)
+            check(n, p)
             fp.update(p)
             jsonl.write(json.dumps({"id": p.id, "title": p.title, "text": p.text},
                                    ensure_ascii=False) + "\n")

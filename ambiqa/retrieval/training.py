@@ -43,12 +43,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
-from ambiqa.fsutil import atomic_write_json
+from ambiqa.fsutil import atomic_write_json, sha256_file
 from ambiqa.retrieval.checkpoint import (
     _RUN_KEYS,
     INFO_FILE,
     WEIGHTS_FILE,
-    _sha256,
     default_cache_dir,
     identity_checkpoint,
 )
@@ -125,7 +124,7 @@ def _start_checkpoint(dim: int, work: Path, corpus_texts: Sequence[str]) -> Path
     atomic_write_json(tmp / "config.json", cfg)
     info = json.loads((tmp / INFO_FILE).read_text())
     info.update({"kind": "trained", "name": f"minilm-pca-{dim}", "dim": dim,
-                 "weights_sha256": _sha256(tmp / WEIGHTS_FILE), "init": "pca"})
+                 "weights_sha256": sha256_file(tmp / WEIGHTS_FILE), "init": "pca"})
     atomic_write_json(tmp / INFO_FILE, info)
     if target.exists():
         shutil.rmtree(tmp)
@@ -211,7 +210,7 @@ def _write_checkpoint_files(model: Any, out: Path, final_path: Path, info: dict[
     meta.pop("model_name", None)  # a set model_name sends the tokenizer to the network
     meta["meta"] = {"version": "colbert-v0.4", "built_by": "ambiqa"}
     atomic_write_json(out / "artifact.metadata", meta)
-    atomic_write_json(out / INFO_FILE, {**info, "weights_sha256": _sha256(out / WEIGHTS_FILE)})
+    atomic_write_json(out / INFO_FILE, {**info, "weights_sha256": sha256_file(out / WEIGHTS_FILE)})
 
 
 @contextlib.contextmanager
