@@ -218,3 +218,26 @@ class RecordingRetriever:
 
     def __deepcopy__(self, memo: dict) -> RecordingRetriever:
         return self
+
+
+def titles_as_answers(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A deterministic fake clarifier: one DQ/DA pair per passage (first two), answer = title.
+
+    Its output depends on what was retrieved, so tests can tell a program that read its
+    passages from one that did not.
+    """
+    lines = [ln for ln in inputs["passages"].splitlines() if ln.startswith("[")]
+    pairs = []
+    for i, ln in enumerate(lines[:2], start=1):
+        title = ln.split("]", 1)[1].split(":", 1)[0].strip()
+        pairs.append({"question": f"{inputs['question']} ({title})", "answer": title,
+                      "passage": i})
+    return {"pairs": pairs}
+
+
+def vanilla_rag_lm(**kwargs: Any) -> Any:
+    """A scripted LM that runs VanillaRAG end to end (clarify by titles, echo a long answer)."""
+    return scripted_lm({
+        "ClarifyFromPassages": titles_as_answers,
+        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
+    }, **kwargs)

@@ -18,7 +18,7 @@ from ambiqa.optimizers.compile import compile_program
 from ambiqa.optimizers.export import export_prompts, fill, render
 from ambiqa.programs.vanilla_rag import VanillaRAG
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import vanilla_rag_lm
 
 
 @pytest.fixture()
@@ -26,22 +26,6 @@ def demo_retriever():
     return InMemoryRetriever(load_corpus(demo_corpus_path()))
 
 
-def _answers_from_passages(inputs):
-    """A deterministic fake 'clarifier': one pair per passage, answer = passage title."""
-    lines = [ln for ln in inputs["passages"].splitlines() if ln.startswith("[")]
-    pairs = []
-    for i, ln in enumerate(lines[:2], start=1):
-        title = ln.split("]", 1)[1].split(":", 1)[0].strip()
-        pairs.append({"question": f"{inputs['question']} ({title})", "answer": title,
-                      "passage": i})
-    return {"pairs": pairs}
-
-
-def _fake_lm():
-    return scripted_lm({
-        "ClarifyFromPassages": _answers_from_passages,
-        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
-    })
 
 
 def _manifest(retriever, **extra):
@@ -52,7 +36,7 @@ def _manifest(retriever, **extra):
 
 
 def test_compile_save_load_gives_same_outputs(tmp_path, use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     train = load_dataset("demo:train")[:4]
     program = VanillaRAG(demo_retriever, k=3)
     compiled, report = compile_program(program, train, optimizer="bootstrap",
@@ -74,7 +58,7 @@ def test_compile_save_load_gives_same_outputs(tmp_path, use_lm, demo_retriever):
 
 
 def test_labeled_compile_needs_no_lm_call(use_lm, demo_retriever):
-    lm = use_lm(_fake_lm())
+    lm = use_lm(vanilla_rag_lm())
     compiled, report = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
                                        optimizer="labeled", k=2)
     assert report.cost["lm_calls"] == 0 and not lm.engine.calls
@@ -82,7 +66,7 @@ def test_labeled_compile_needs_no_lm_call(use_lm, demo_retriever):
 
 
 def test_artifact_loads_in_a_new_process(tmp_path, use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
                                   optimizer="labeled", k=1)
     path = save_artifact(tmp_path / "a.json", compiled, _manifest(demo_retriever))
@@ -90,7 +74,7 @@ def test_artifact_loads_in_a_new_process(tmp_path, use_lm, demo_retriever):
         "import ambiqa, sys\n"
         "from ambiqa.retrieval.base import InMemoryRetriever\n"
         "from ambiqa.data import load_corpus, demo_corpus_path\n"
-        "from ambiqa.testing import scripted_lm\n"
+        "from ambiqa.testing import scripted_lm, titles_as_answers, vanilla_rag_lm\n"
         "r = InMemoryRetriever(load_corpus(demo_corpus_path()))\n"
         "lm = scripted_lm({'ClarifyFromPassages': {'pairs': [{'question': 'Q?', 'answer': 'A',"
         " 'passage': 1}]}, 'WriteLongAnswer': {'long_answer': 'long'}})\n"
@@ -165,7 +149,7 @@ def test_failed_save_keeps_the_old_artifact_and_leaves_no_temp(tmp_path, demo_re
 
 
 def test_no_pickle_in_artifact(tmp_path, use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
                                   optimizer="labeled", k=2)
     path = save_artifact(tmp_path / "a.json", compiled, _manifest(demo_retriever))
@@ -174,7 +158,7 @@ def test_no_pickle_in_artifact(tmp_path, use_lm, demo_retriever):
 
 
 def test_export_renders_every_predictor_with_placeholders(use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
                                   optimizer="labeled", k=2)
     prompts = export_prompts(compiled)
@@ -196,7 +180,7 @@ def test_export_renders_every_predictor_with_placeholders(use_lm, demo_retriever
 
 def test_exported_prompt_is_what_dspy_sends(use_lm, demo_retriever):
     """The filled export equals the messages DSPy's adapter produced for the real call."""
-    lm = use_lm(_fake_lm())
+    lm = use_lm(vanilla_rag_lm())
     compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
                                   optimizer="labeled", k=1)
     compiled(question="Who wrote Little Women?")

@@ -22,7 +22,7 @@ from ambiqa.optimizers.recipes import RECIPES, get_recipe, split_train, usable_e
 from ambiqa.programs.registry import PROGRAMS, build_program, program_class
 from ambiqa.programs.vanilla_rag import VanillaRAG
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import scripted_lm, titles_as_answers, vanilla_rag_lm
 
 
 class HashEncoder:
@@ -49,21 +49,6 @@ def demo_retriever():
     return InMemoryRetriever(load_corpus(demo_corpus_path()))
 
 
-def _clarify(inputs):
-    lines = [ln for ln in inputs["passages"].splitlines() if ln.startswith("[")]
-    pairs = []
-    for i, ln in enumerate(lines[:2], start=1):
-        title = ln.split("]", 1)[1].split(":", 1)[0].strip()
-        pairs.append({"question": f"{inputs['question']} ({title})", "answer": title,
-                      "passage": i})
-    return {"pairs": pairs}
-
-
-def _fake_lm():
-    return scripted_lm({
-        "ClarifyFromPassages": _clarify,
-        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
-    })
 
 
 # ---- recipes ----------------------------------------------------------------------------------
@@ -106,7 +91,7 @@ def test_split_train_is_seeded_and_disjoint():
 
 
 def test_nan_metric_scores_zero_and_is_counted(use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     metric = SafeMetric(lambda ex, pred, trace=None: float("nan"))
     result = score_program(VanillaRAG(demo_retriever, k=2), load_dataset("demo:dev")[:2], metric)
     assert result["score"] == 0.0 and result["nan_scores"] == 2
@@ -115,7 +100,7 @@ def test_nan_metric_scores_zero_and_is_counted(use_lm, demo_retriever):
 
 # ---- teleprompters ----------------------------------------------------------------------------
 def test_bootstrap_rs_scores_candidates_on_held_out_part(use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     train = load_dataset("demo:train")[:6]
     compiled, report = compile_program(VanillaRAG(demo_retriever, k=2), train,
                                        optimizer="bootstrap-rs", metric=dspy_metric("str-em"),
@@ -128,7 +113,7 @@ def test_bootstrap_rs_scores_candidates_on_held_out_part(use_lm, demo_retriever)
 
 
 def test_budget_stops_bootstrap_cleanly(use_lm, demo_retriever):
-    lm = use_lm(_fake_lm())
+    lm = use_lm(vanilla_rag_lm())
     budget = Budget(3)
     compiled, report = compile_program(VanillaRAG(demo_retriever, k=2),
                                        load_dataset("demo:train"), optimizer="bootstrap",
@@ -140,7 +125,7 @@ def test_budget_stops_bootstrap_cleanly(use_lm, demo_retriever):
 
 
 def test_budget_stops_random_search_keeping_best_so_far(use_lm, demo_retriever):
-    use_lm(_fake_lm())
+    use_lm(vanilla_rag_lm())
     compiled, report = compile_program(VanillaRAG(demo_retriever, k=2),
                                        load_dataset("demo:train")[:6], optimizer="bootstrap-rs",
                                        metric=dspy_metric("str-em"), k=2, num_candidates=4,
@@ -152,7 +137,7 @@ def test_budget_stops_random_search_keeping_best_so_far(use_lm, demo_retriever):
 
 def test_knn_picks_nearest_demos_per_question_and_survives_an_artifact(
         tmp_path, use_lm, demo_retriever):
-    lm = use_lm(_fake_lm())
+    lm = use_lm(vanilla_rag_lm())
     enc = HashEncoder()
     train = load_dataset("demo:train")
     compiled, report = compile_program(VanillaRAG(demo_retriever, k=2), train, optimizer="knn",
@@ -188,7 +173,7 @@ def test_multi_predictor_program_gets_demos_per_predictor(use_lm):
         "PseudoInterpretations": lambda inp: {"interpretations": [inp["question"] + " (a)",
                                                                   inp["question"] + " (b)"]},
         "VerifyInterpretation": {"supported": True},
-        "ClarifyFromPassages": _clarify,
+        "ClarifyFromPassages": titles_as_answers,
         "WriteLongAnswer": lambda inp: {"long_answer": "Ron Percy " + inp["interpretations"]},
         "ClosedBookLongAnswer": {"long_answer": "unknown"},
     }))
