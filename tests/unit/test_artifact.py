@@ -74,7 +74,7 @@ def test_artifact_loads_in_a_new_process(tmp_path, use_lm, demo_retriever):
         "import ambiqa, sys\n"
         "from ambiqa.retrieval.base import InMemoryRetriever\n"
         "from ambiqa.data import load_corpus, demo_corpus_path\n"
-        "from ambiqa.testing import scripted_lm, titles_as_answers, vanilla_rag_lm\n"
+        "from ambiqa.testing import scripted_lm\n"
         "r = InMemoryRetriever(load_corpus(demo_corpus_path()))\n"
         "lm = scripted_lm({'ClarifyFromPassages': {'pairs': [{'question': 'Q?', 'answer': 'A',"
         " 'passage': 1}]}, 'WriteLongAnswer': {'long_answer': 'long'}})\n"
