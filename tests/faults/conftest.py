@@ -253,3 +253,23 @@ def fake_server_url():
     url, shutdown = fake.serve(delay=0.0)
     yield url
     shutdown()
+
+
+@pytest.fixture(scope="session")
+def fault_colbert_index() -> Path:
+    """A real ColBERT index over the bundled demo corpus (217 passages, ~20 s to build), kept
+    in the cache so reruns reuse it. Fault tests damage copies of it, never the original."""
+    import os
+
+    from ambiqa.data import demo_corpus_path, load_corpus
+    from ambiqa.errors import IndexError_
+    from ambiqa.retrieval.colbert import ColBERTRetriever
+
+    root = Path(os.environ.get("AMBIQA_CACHE", ROOT / ".ambiqa-cache")) / "test-indexes"
+    name = "demo-faults"
+    passages = load_corpus(demo_corpus_path())
+    try:
+        ColBERTRetriever.load(root, name, corpus=passages)
+    except IndexError_:
+        ColBERTRetriever.build(passages, index_root=root, name=name, progress=False)
+    return root / name

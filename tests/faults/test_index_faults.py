@@ -6,7 +6,6 @@ never a half-loaded retriever that answers from the wrong data."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,9 +16,6 @@ from tests.faults.conftest import cli_env, run_cli, small_passages
 
 pytestmark = pytest.mark.fault("Retriever / index faults")
 
-CACHE = Path(os.environ.get("AMBIQA_CACHE", Path(__file__).resolve().parents[2]
-                            / ".ambiqa-cache"))
-SLICE = CACHE / "test-indexes" / "corpus-slice-1500"
 FIXES = ("ambiqa index", "ambiqa doctor", "rebuild", "pip install")
 
 
@@ -33,11 +29,10 @@ def _clear(exc: AmbiqaError, path: Path | str) -> None:
 
 # ---- ColBERT (a copy of the test slice index) ----------------------------------------------
 @pytest.fixture()
-def colbert_copy(tmp_path) -> Path:
-    if not (SLICE / "ambiqa_manifest.json").is_file():
-        pytest.skip(f"test ColBERT index not built at {SLICE}")
+def colbert_copy(tmp_path, fault_colbert_index) -> Path:
     root = tmp_path / "indexes"
-    shutil.copytree(SLICE, root / "idx", ignore=shutil.ignore_patterns("colbert.log"))
+    shutil.copytree(fault_colbert_index, root / "idx",
+                    ignore=shutil.ignore_patterns("colbert.log"))
     return root
 
 
@@ -57,8 +52,11 @@ def test_missing_index_dir(tmp_path):
 
 
 def test_intact_copy_loads(colbert_copy):
+    from ambiqa.data import demo_corpus_path, load_corpus
+
     r = _load(colbert_copy)
-    assert len(r) == 1500
+    assert len(r) == len(load_corpus(demo_corpus_path()))
+    assert r.search("Belgium language", 3)
 
 
 @pytest.mark.parametrize("damage", [
@@ -102,8 +100,7 @@ def test_index_corpus_fingerprint_mismatch(colbert_copy):
     from ambiqa.types import Passage
 
     r = _load(colbert_copy)
-    other = [Passage(p.id, p.title, p.text) for p in (r.get(f"{i}") or
-                                                       r._passages[i] for i in range(1500))]
+    other = [Passage(p.id, p.title, p.text) for p in r._passages]
     other[3] = Passage(other[3].id, other[3].title, other[3].text + " (edited)")
     with pytest.raises(IndexError_, match="different corpus") as err:
         _load(colbert_copy, corpus=other)

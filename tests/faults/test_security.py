@@ -5,7 +5,6 @@ names inside artifacts cannot steer a read or a write outside the chosen directo
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
 import subprocess
@@ -20,8 +19,6 @@ from tests.faults.conftest import HashEncoder, cli_env, run_cli, small_passages
 pytestmark = pytest.mark.fault("Artifacts / security")
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("AMBIQA_CACHE", ROOT / ".ambiqa-cache"))
-SLICE = CACHE / "test-indexes" / "corpus-slice-1500"
 SECRET = "sk-fake-DO-NOT-LEAK-8d1f0c"
 
 
@@ -73,7 +70,8 @@ def no_pickle(monkeypatch):
     return calls
 
 
-def test_loading_artifacts_and_indexes_never_unpickles(tmp_path, no_pickle):
+def test_loading_artifacts_and_indexes_never_unpickles(tmp_path, fault_colbert_index,
+                                                       no_pickle):
     from ambiqa.optimizers.artifact import load_artifact
     from ambiqa.retrieval.bm25 import BM25Retriever
     from ambiqa.retrieval.dense import DenseRetriever
@@ -86,10 +84,10 @@ def test_loading_artifacts_and_indexes_never_unpickles(tmp_path, no_pickle):
     DenseRetriever.load(tmp_path / "dense", encoder=HashEncoder()) \
         if "encoder" in DenseRetriever.load.__code__.co_varnames else \
         DenseRetriever.load(tmp_path / "dense")
-    if (SLICE / "ambiqa_manifest.json").is_file():
-        from ambiqa.retrieval.colbert import ColBERTRetriever
+    from ambiqa.retrieval.colbert import ColBERTRetriever
 
-        ColBERTRetriever.load(SLICE.parent, SLICE.name)
+    colbert = ColBERTRetriever.load(fault_colbert_index.parent, fault_colbert_index.name)
+    assert colbert.search("Belgium language", 2)  # the search loads the index tensors
     assert no_pickle == []
 
 
