@@ -24,7 +24,7 @@ from ambiqa.optimizers.export import (
 from ambiqa.programs.closed_book import ClosedBook
 from ambiqa.programs.vanilla_rag import VanillaRAG
 from ambiqa.retrieval.base import InMemoryRetriever
-from tests.unit.test_optim_compile import _fake_lm
+from ambiqa.testing import vanilla_rag_lm as _fake_lm
 
 
 @pytest.fixture()

@@ -21,7 +21,8 @@ from ambiqa.optimizers.artifact import load_artifact, read_artifact
 from ambiqa.optimizers.knn import KNNPredict
 from ambiqa.optimizers.tune import TuneConfig, redact_url, tune
 from ambiqa.retrieval.base import InMemoryRetriever
-from tests.unit.test_optim_compile import HashEncoder, _fake_lm
+from ambiqa.testing import vanilla_rag_lm as _fake_lm
+from tests.unit.test_optim_compile import HashEncoder
 
 ROOT = Path(__file__).resolve().parents[2]
 
