@@ -224,7 +224,7 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, str],
               "per-question scores, except DR = sqrt(mean D-F1 × mean ROUGE-L) over the set "
               "(the ASQA scorer's definition; the per-question root is kept as `dr_q` for "
               "plots only). CI: 95% BCa bootstrap over the examples (scipy.stats.bootstrap, "
-              "2000 resamples).", "", "## Cost per question", "",
+              "2000 resamples); [–]: no interval under 3 examples.", "", "## Cost per question", "",
               "| | mean per question | total |", "|---|---:|---:|"]
     for key, label in COST_KEYS.items():
         digits = 2 if key.endswith("_s") else 1

@@ -11,9 +11,10 @@ headline number: leaving them out would reward a program for crashing on hard qu
 The mean over the questions that did not fail is reported beside it, labelled.
 
 Intervals: ``scipy.stats.bootstrap`` with BCa, 95%, resampling questions; for two runs the
-resampling is paired (the same questions drawn for both). Where BCa is undefined (fewer than
-3 questions, or every resample equal) the interval falls back to the percentile method, and
-the result says which method it used.
+resampling is paired (the same questions drawn for both). Under 3 questions no interval is
+given (BCa is undefined and a percentile interval of two points means nothing); where every
+value is equal the interval is that value ("degenerate"); should BCa still come out undefined
+the percentile method is used. The result says which method it used.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SET_LEVEL: dict[str, tuple[str, ...]] = {"dr": ("d-f1", "rouge-l")}
 PER_QUESTION_NAME: dict[str, str] = {"dr": "dr_q"}
 
 N_RESAMPLES = 2000
+#: fewer questions than this get no interval
+MIN_N = 3
 CONFIDENCE = 0.95
 
 Statistic = Callable[..., Any]
@@ -84,11 +87,11 @@ def _bootstrap(arrays: Sequence[Sequence[float]], stat: Statistic, seed: int
     if n == 0:
         return math.nan, math.nan, "none"
     point = float(stat(*data, axis=-1))
-    if n == 1 or all(np.all(a == a[0]) for a in data):
+    if all(np.all(a == a[0]) for a in data):
         return point, point, "degenerate"  # every resample gives the same value
+    if n < MIN_N:
+        return math.nan, math.nan, f"none (n < {MIN_N})"
     for method in ("BCa", "percentile"):
-        if method == "BCa" and n < 3:
-            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = stats.bootstrap(data, stat, paired=True, vectorized=True,

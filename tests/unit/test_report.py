@@ -102,7 +102,7 @@ def test_report_cli_renders_a_lead_style_run_and_refuses_non_runs(tmp_path, caps
     md = (run / "report.md").read_text()
     assert "- D-F1 reader: `lm-reader:embedded/qwen2.5-coder-0.5b`" in md
     # a2 failed: 0 in the headline (0.18 / 2); the excluding-failures value beside it
-    assert "| rouge-l | 0.090 | [0.000, 0.180] | 2 | 1 | 0.180 | 1 |" in md
+    assert "| rouge-l | 0.090 | [–] | 2 | 1 | 0.180 | 1 |" in md  # no interval under n = 3
     assert "| a2 | RuntimeError: x |" in md
     assert "| scoring LM calls (reader/judge, not the program's) | 8.0 | |" in md
     capsys.readouterr()
