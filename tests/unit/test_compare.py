@@ -204,6 +204,17 @@ def test_evaluate_resume_extend_and_refusals_keep_results(tmp_path, capsys, shar
     assert _evaluate(out, "--resume", program="vanilla_rag") == EXIT_USER_ERROR
     assert "refusing to mix" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == snapshot
+    # the same program with other settings: refused before any model loads, each named
+    assert _evaluate(out, "--resume", "--lm", "embedded:qwen2.5-coder-1.5b",
+                     "--program-config", '{"k": 3}') == EXIT_USER_ERROR
+    err = " ".join(capsys.readouterr().err.split())
+    assert "LM: stored none, now 'embedded:qwen2.5-coder-1.5b'" in err
+    assert 'program config: stored none, now {"k": 3}' in err
+    assert main(["evaluate", "closed_book", "--data", "asqa:dev:2", "--metrics", "str-em",
+                 "--out", str(out), "--resume"]) == EXIT_USER_ERROR
+    assert "metric set: stored d-f1,dr,rouge-l,str-em, now str-em" in " ".join(
+        capsys.readouterr().err.split())
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == snapshot
     # --resume extends to more examples of the same split
     assert _evaluate(out, "--resume", data="asqa:dev:3") == 0
     assert len(ResultsFile(out / "results.jsonl").read()) == 3
