@@ -25,7 +25,7 @@ from ambiqa.errors import ConfigError
 
 
 def _metric_names(text: str) -> list[str]:
-    from ambiqa.evaluation.registry import canonical_name, get_metric
+    from ambiqa.evaluation.registry import canonical_name, get_metric, with_set_parts
 
     names = [m.strip() for m in str(text).split(",") if m.strip()]
     if not names:
@@ -33,20 +33,7 @@ def _metric_names(text: str) -> list[str]:
     for name in names:
         get_metric(name)  # unknown names fail here, naming the closest one
     out = [canonical_name(n) for n in names]  # one spelling per metric in results.jsonl
-    return expand_set_metrics(out)
-
-
-def expand_set_metrics(names: list[str]) -> list[str]:
-    """Add the parts a set-level metric is computed from: DR needs every question's D-F1
-    and ROUGE-L (scoring DR computes both anyway, so this costs nothing extra)."""
-    from ambiqa.evaluation.stats import SET_LEVEL
-
-    out = list(names)
-    for name in names:
-        for part in SET_LEVEL.get(name, ()):
-            if part not in out:
-                out.insert(out.index(name), part)
-    return out
+    return with_set_parts(out)
 
 
 def _artifact_sha256(target: str) -> str | None:

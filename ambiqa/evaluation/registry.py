@@ -318,6 +318,22 @@ _ALIASES = {
 _AT_K = re.compile(r"^(m?recall|sufficient)@(\d+)$")
 
 
+def with_set_parts(names: list[str]) -> list[str]:
+    """``names`` plus the parts a set-level metric is computed from, each before it: DR
+    needs every question's D-F1 and ROUGE-L (scoring DR computes both anyway, so this costs
+    nothing extra). Given names keep their spelling; parts are added in canonical form."""
+    from ambiqa.evaluation.stats import SET_LEVEL
+
+    out = list(names)
+    have = {canonical_name(n) for n in names}
+    for name in names:
+        for part in SET_LEVEL.get(canonical_name(name), ()):
+            if part not in have:
+                have.add(part)
+                out.insert(out.index(name), part)
+    return out
+
+
 def canonical_name(name: str) -> str:
     key = str(name).strip().lower().replace("_", "-").replace(" ", "")
     return _ALIASES.get(key, key)

@@ -487,20 +487,24 @@ def score_row(example: Any, pred: Any, metrics: dict[str, MetricFn]) -> dict[str
     parts (D-F1, ROUGE-L) and, for plots, the per-question root under ``dr_q``, computed from
     the parts already scored (the reader is not asked twice).
     """
-    from ambiqa.evaluation.stats import PER_QUESTION_NAME, SET_LEVEL
+    from ambiqa.evaluation.registry import canonical_name
+    from ambiqa.evaluation.stats import PER_QUESTION_NAME, SET_LEVEL, set_level_name
 
     out: dict[str, float] = {}
+    set_level = {name: set_level_name(name) for name in metrics}
     for name, fn in metrics.items():
-        if name not in SET_LEVEL:
+        if not set_level[name]:
             out[name] = float(fn(example, pred))
-    for name, parts in SET_LEVEL.items():
-        if name not in metrics:
+    by_canonical = {canonical_name(n): v for n, v in out.items()}
+    for name, key in set_level.items():
+        if not key:
             continue
-        if all(p in out for p in parts):
-            out[PER_QUESTION_NAME[name]] = math.sqrt(
-                math.prod(max(out[p], 0.0) for p in parts))
+        parts = SET_LEVEL[key]
+        if all(p in by_canonical for p in parts):
+            out[PER_QUESTION_NAME[key]] = math.sqrt(
+                math.prod(max(by_canonical[p], 0.0) for p in parts))
         else:  # parts not requested: only the per-question value can be recorded
-            out[PER_QUESTION_NAME[name]] = float(metrics[name](example, pred))
+            out[PER_QUESTION_NAME[key]] = float(metrics[name](example, pred))
     return out
 
 

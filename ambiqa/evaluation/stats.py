@@ -39,9 +39,18 @@ CONFIDENCE = 0.95
 Statistic = Callable[..., Any]
 
 
+def set_level_name(metric: str) -> str | None:
+    """The canonical set-level name ``metric`` spells (``DR`` -> ``dr``), or None."""
+    from ambiqa.evaluation.registry import canonical_name
+
+    key = canonical_name(metric)
+    return key if key in SET_LEVEL else None
+
+
 def parts_of(metric: str) -> tuple[str, ...]:
     """The per-question metrics ``metric`` is computed from (itself for a plain mean)."""
-    return SET_LEVEL.get(metric, (metric,))
+    key = set_level_name(metric)
+    return SET_LEVEL[key] if key else (metric,)
 
 
 def set_value(metric: str, arrays: Sequence[Sequence[float]]) -> float:
@@ -49,14 +58,14 @@ def set_value(metric: str, arrays: Sequence[Sequence[float]]) -> float:
     if not arrays or not len(arrays[0]):
         return math.nan
     means = [float(np.mean(a)) for a in arrays]
-    if metric == "dr":
+    if set_level_name(metric) == "dr":
         return math.sqrt(max(means[0], 0.0) * max(means[1], 0.0))
     return means[0]
 
 
 def _statistic(metric: str) -> Statistic:
     """A vectorised ``stat(*arrays, axis)`` for scipy.stats.bootstrap."""
-    if metric == "dr":
+    if set_level_name(metric) == "dr":
         def dr(d: np.ndarray, r: np.ndarray, axis: int = -1) -> np.ndarray:
             return np.sqrt(np.clip(np.mean(d, axis=axis), 0, None)
                            * np.clip(np.mean(r, axis=axis), 0, None))
@@ -137,13 +146,23 @@ def part_arrays(rows: Sequence[Mapping[str, Any]], metric: str, *,
             values = [0.0] * len(parts)
         else:
             got = r.get("metrics") or {}
-            values = [_num(got.get(p)) for p in parts]
+            values = [_num(got[p] if p in got else _canonical_get(got, p)) for p in parts]
             if any(v is None for v in values):
                 continue
         ids.append(str(r["id"]))
         for a, v in zip(arrays, values, strict=True):
             a.append(float(v))  # type: ignore[arg-type]
     return ids, arrays
+
+
+def _canonical_get(got: Mapping[str, Any], name: str) -> Any:
+    """A row's score for ``name`` under any spelling of it (``D-F1`` for ``d-f1``)."""
+    from ambiqa.evaluation.registry import canonical_name
+
+    for k, v in got.items():
+        if canonical_name(k) == name:
+            return v
+    return None
 
 
 def _num(v: Any) -> float | None:

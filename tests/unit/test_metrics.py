@@ -171,6 +171,22 @@ def test_dr_is_the_root_of_set_means_not_the_mean_of_roots():
     assert summarize(rows, ["dr"])["metrics"]["dr"]["mean"] == pytest.approx(0.5)
 
 
+def test_metric_fns_for_dr_alone_still_give_the_set_level_dr():
+    """`ambiqa compile --metric dr` scores its dev set through metric_fns(["dr"])."""
+    from ambiqa.cli.common import metric_fns
+    from ambiqa.evaluation.runner import evaluate
+
+    reader = FakeReader({"Who directed Jaws?": "Steven Spielberg"})
+    fns = metric_fns(["dr"], reader)
+    assert list(fns) == ["d-f1", "rouge-l", "dr"]
+    summary = evaluate(lambda question: dspy.Prediction(answer=LONG), [ASQA_EX], fns,
+                       progress=False)
+    dr = summary["metrics"]["dr"]
+    d, r = summary["metrics"]["d-f1"]["mean"], summary["metrics"]["rouge-l"]["mean"]
+    assert d == pytest.approx(1 / 3) and dr["n"] == 1
+    assert dr["mean"] == pytest.approx((d * r) ** 0.5)
+
+
 def test_evaluate_adds_the_parts_dr_is_computed_from():
     from ambiqa.cli.eval_cmds import _metric_names
 
