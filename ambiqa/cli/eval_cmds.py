@@ -36,6 +36,12 @@ def _metric_names(text: str) -> list[str]:
     return with_set_parts(out)
 
 
+def _fingerprint(program: Any) -> str | None:
+    """The program's retriever fingerprint (None for programs without a retriever)."""
+    fp = getattr(getattr(program, "retriever", None), "fingerprint", None)
+    return str(fp) if isinstance(fp, str) and fp else None
+
+
 def _artifact_sha256(target: str) -> str | None:
     """The sha256 of an artifact target (None for a program name), so a resume can prove it
     continues with the same compiled program."""
@@ -88,7 +94,8 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
     draft = RunSpec(program=args.target, data=args.data, metrics=names, lm=args.lm,
                     index=index, program_config=config or None,
                     artifact_sha256=artifact_sha)
-    check_run_dir(out, draft, args.resume, skip=frozenset({"reader", "judge"}))
+    check_run_dir(out, draft, args.resume,
+                  skip=frozenset({"reader", "judge", "index_fingerprint"}))
     ensure_writable_dir(out)
     if lm is None:
         lm_from_args(args)
@@ -103,7 +110,8 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
     spec = RunSpec(program=args.target, data=args.data, metrics=names,
                    reader=getattr(reader, "name", None), lm=args.lm,
                    index=index, program_config=config or None,
-                   judge=judge_name(names), artifact_sha256=artifact_sha)
+                   judge=judge_name(names), artifact_sha256=artifact_sha,
+                   index_fingerprint=_fingerprint(program))
     summary = evaluate(program, examples, metrics, out_dir=out, spec=spec,
                        resume=args.resume, threads=args.threads,
                        max_error_rate=args.max_error_rate, timeout_s=args.timeout_s,

@@ -57,9 +57,11 @@ class RunSpec:
     judge: str | None = None
     #: sha256 of the artifact file when the program came from one
     artifact_sha256: str | None = None
+    #: the retriever's own fingerprint (its passages and settings), beyond the index name
+    index_fingerprint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256")
+    _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256", "index_fingerprint")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"program": self.program, "data": self.data,
@@ -81,6 +83,7 @@ class RunSpec:
                    reader=data.get("reader"), lm=data.get("lm"), index=data.get("index"),
                    program_config=data.get("program_config"), judge=data.get("judge"),
                    artifact_sha256=data.get("artifact_sha256"),
+                   index_fingerprint=data.get("index_fingerprint"),
                    extra={k: v for k, v in data.items() if k not in known})
 
     @property
@@ -317,10 +320,17 @@ def _prepare_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFi
     old = check_run_dir(out_dir, spec, resume)
     if old is not None:
         results.repair()
-        if spec is not None and _count(spec.data) > _count(old.get("data", "")):
-            # extended to more examples of the same split; a resume asking for fewer keeps
-            # the larger spec, since results.jsonl still holds those examples
-            _write_json(meta, {**old, **spec.to_dict()})
+        if spec is not None:
+            new = spec.to_dict()
+            if _count(spec.data) > _count(old.get("data", "")):
+                # extended to more examples of the same split; a resume asking for fewer
+                # keeps the larger spec, since results.jsonl still holds those examples
+                merged = {**old, **new}
+            else:  # settings an older run did not record are recorded now
+                merged = {**old, **{k: v for k, v in new.items()
+                                    if k not in old and v is not None}}
+            if merged != old:
+                _write_json(meta, merged)
     elif spec is not None:
         _write_json(meta, spec.to_dict())
     return results
@@ -371,10 +381,13 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
 
 #: settings a resumed run must share with the run it continues (run.json key -> label)
 RESUME_FIELDS: dict[str, str] = {
-    "lm": "LM", "reader": "reader", "index": "index fingerprint",
+    "lm": "LM", "reader": "reader", "index": "index", "index_fingerprint": "index fingerprint",
     "program_config": "program config", "artifact_sha256": "artifact hash",
     "metrics": "metric set", "judge": "judge",
 }
+#: fields older ambiqa versions did not record: a stored "none" there proves nothing either
+#: way, so it is accepted (and the resumed run records the value)
+_UNRECORDED_OK = frozenset({"index_fingerprint"})
 
 
 def spec_differences(old: dict[str, Any], spec: RunSpec,
@@ -392,6 +405,8 @@ def spec_differences(old: dict[str, Any], spec: RunSpec,
             was, now = sorted(was or []), sorted(now or [])
         if was in ({}, []):
             was = None
+        if was is None and key in _UNRECORDED_OK:
+            continue
         if now in ({}, []):
             now = None
         if was != now:

@@ -131,7 +131,7 @@ def is_failed(row: Mapping[str, Any]) -> bool:
 
 def part_arrays(rows: Sequence[Mapping[str, Any]], metric: str, *,
                 include_failed: bool = True) -> tuple[list[str], list[list[float]]]:
-    """(ids, one array per part) over the rows that can be scored for ``metric``.
+    """(ids, one array per part) over the rows that can be scored for ``metric``, in id order.
 
     A failed row scores 0 on every part (``include_failed``) or is left out. A row that did
     not fail but lacks a part (or has NaN there: the metric does not apply) is left out.
@@ -139,7 +139,8 @@ def part_arrays(rows: Sequence[Mapping[str, Any]], metric: str, *,
     parts = parts_of(metric)
     ids: list[str] = []
     arrays: list[list[float]] = [[] for _ in parts]
-    for r in rows:
+    # in id order, so an interval does not depend on the order rows were written in
+    for r in sorted(rows, key=lambda row: str(row["id"])):
         if is_failed(r):
             if not include_failed:
                 continue

@@ -326,7 +326,7 @@ def test_an_old_run_extends_with_additive_run_json(tmp_path):
     ({"lm": "embedded:qwen2.5-coder-1.5b"},
      "LM: stored 'embedded:qwen2.5-coder-0.5b', now 'embedded:qwen2.5-coder-1.5b'"),
     ({"reader": "extractive:ckpt"}, "reader: stored 'lm-reader:embedded/qwen2.5-coder-0.5b'"),
-    ({"index": "bm25:wiki-bm25"}, "index fingerprint: stored none, now 'bm25:wiki-bm25'"),
+    ({"index": "bm25:wiki-bm25"}, "index: stored none, now 'bm25:wiki-bm25'"),
     ({"program_config": {"k": 3}}, 'program config: stored none, now {"k": 3}'),
     ({"artifact_sha256": "ab12"}, "artifact hash: stored none, now 'ab12'"),
     ({"metrics": ["em", "f1"]}, "metric set: stored em, now em,f1"),
@@ -347,6 +347,20 @@ def test_resume_refuses_other_settings_naming_each_difference(tmp_path, change, 
     assert json.loads((tmp_path / "run.json").read_text()) == old  # untouched
 
 
+def test_resume_checks_the_index_fingerprint_once_recorded(tmp_path):
+    old = {**OLD_RUN_JSON, "program": "echo", "data": "toy:dev:2", "metrics": ["em"]}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    same = {"program": "echo", "data": "toy:dev:2", "metrics": ["em"],
+            "reader": old["reader"], "lm": old["lm"]}
+    # an older run never recorded a fingerprint: accepted, and recorded from now on
+    evaluate(EchoProgram(), _examples(2), {"em": _em}, out_dir=tmp_path,
+             spec=RunSpec(**same, index_fingerprint="fp-1"), resume=True, progress=False,
+             report=False)
+    assert json.loads((tmp_path / "run.json").read_text())["index_fingerprint"] == "fp-1"
+    with pytest.raises(ConfigError, match="index fingerprint: stored 'fp-1', now 'fp-2'"):
+        runner_mod.check_run_dir(tmp_path, RunSpec(**same, index_fingerprint="fp-2"), True)
+
+
 def test_resume_error_lists_every_difference(tmp_path):
     old = {**OLD_RUN_JSON, "program": "echo", "data": "toy:dev:2", "metrics": ["em"]}
     (tmp_path / "run.json").write_text(json.dumps(old))
@@ -354,7 +368,7 @@ def test_resume_error_lists_every_difference(tmp_path):
     with pytest.raises(ConfigError) as err:
         runner_mod.check_run_dir(tmp_path, spec, resume=True, skip=frozenset({"reader"}))
     text = str(err.value)
-    assert "LM: stored" in text and "index fingerprint" in text and "metric set" in text
+    assert "LM: stored" in text and "index: stored" in text and "metric set" in text
     assert "reader" not in text.split("differ")[1].split("fix:")[0]  # skipped: not known yet
 
 
