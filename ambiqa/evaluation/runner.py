@@ -3,8 +3,10 @@
 ``runs/NAME/results.jsonl`` receives one line per finished example (prediction, metric
 scores, cost trace, error) as soon as it finishes, flushed and fsynced, so a killed run loses
 at most the examples in flight; ``resume=True`` skips the examples already recorded.
-``runs/NAME/run.json`` records what the run is (program, data, metrics) so a resume into a
-directory holding another program's results is refused.
+``runs/NAME/run.json`` records what the run is (program, data, metrics, LM, reader, index and
+its fingerprint, program config or artifact hash, judge) so a resume into a directory holding
+another program's results, or the same program under other settings, is refused with an
+error naming each difference.
 
 Both files only ever gain fields (additive changes), so runs written by an older ambiqa
 resume and render with a newer one. When one example id has several rows (an errored example

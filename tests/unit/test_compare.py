@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -364,3 +365,35 @@ def test_benchmarks_md_is_rendered_from_its_sections():
     """BENCHMARKS.md must equal what benchmarks/render.py makes of the section files."""
     render = _load_render()
     assert render.main(["--check"]) == 0
+
+
+# ---------------------------------------------------------------- intervals (stats)
+
+
+def _dr_rows(pairs):
+    return [{"id": f"q{i:02d}", "error": None if p else "boom",
+             "metrics": {"d-f1": p[0], "rouge-l": p[1]} if p else {}}
+            for i, p in enumerate(pairs)]
+
+
+def test_dr_interval_resamples_set_means_not_per_question_roots():
+    from ambiqa.evaluation.stats import summarize_metric
+
+    # every per-question root is 0, so a bootstrap of roots would give [0, 0]; the set-level
+    # DR is sqrt(0.5 * 0.5) = 0.5 and its resamples stay near it
+    rows = _dr_rows([(1.0, 0.0), (0.0, 1.0)] * 10)
+    s = summarize_metric(rows, "dr")
+    assert s["mean"] == pytest.approx(0.5) and s["ci_method"] == "BCa"
+    lo, hi = s["ci95"]
+    assert 0.3 < lo < 0.5 <= hi <= 0.5 + 1e-9  # sqrt(p(1-p)) peaks at p = 0.5
+
+
+def test_intervals_do_not_depend_on_row_order_and_need_three_questions():
+    from ambiqa.evaluation.stats import summarize_metric
+
+    rows = _dr_rows([(0.1, 0.2), (0.9, 0.4), (0.5, 0.5), None, (0.3, 0.1), (0.7, 0.9)])
+    assert summarize_metric(rows, "dr") == summarize_metric(rows[::-1], "dr")
+    two = summarize_metric(_dr_rows([(0.1, 0.2), (0.9, 0.4)]), "d-f1")
+    assert math.isnan(two["ci95"][0]) and two["ci_method"].startswith("none")
+    same = summarize_metric(_dr_rows([(0.5, 0.5)] * 4), "d-f1")
+    assert same["ci95"] == [0.5, 0.5] and same["ci_method"] == "degenerate"
