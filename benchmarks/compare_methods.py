@@ -10,7 +10,8 @@ Two modes:
 * ``--report-only`` -- read whatever run directories exist under ``--root`` (never writing
   into them) and write ``TABLES.md`` plus ``quality_vs_cost.png`` next to them: per data set
   the paper's metrics with 95% bootstrap CIs, n, the cost columns and wall time, with the
-  numbers the papers report for reference.
+  numbers the papers report for reference, and paired differences against each data set's
+  baseline program on the questions both runs hold.
 
     # run (the lead runs this; hours with the embedded LM)
     python benchmarks/compare_methods.py --lm embedded:qwen2.5-coder-0.5b \\
@@ -58,6 +59,8 @@ class Dataset:
     #: published reference rows: label -> {metric: value in [0, 1]}, and where they are from
     paper: dict[str, dict[str, float]]
     paper_source: str
+    #: the program the others are paired against (None: no paired table)
+    baseline: str | None = None
 
 
 PLAN: dict[str, Dataset] = {
@@ -70,11 +73,11 @@ PLAN: dict[str, Dataset] = {
          "toc (GPT-3, ToC paper)": {"rouge-l": .397, "d-f1": .337, "dr": .366},
          "diva (GPT-4)": {"rouge-l": .424, "d-f1": .420, "dr": .422}},
         "Diva Table 1 (ASQA dev, RoBERTa SQuAD2 reader, GPT-4) and ToC Table 1; VerDICt "
-        "reports grounding metrics only, no ROUGE-L/D-F1"),
+        "reports grounding metrics only, no ROUGE-L/D-F1", baseline="vanilla_rag"),
     "hotpotqa": Dataset(
         "hotpotqa", "hotpotqa:dev", ("resp", "ircot"), SHORT_METRICS, 50, "f1",
         {"resp (Llama3-8B)": {"f1": .472}, "ircot (Llama3-8B)": {"f1": .431}},
-        "ReSP Table 2 (HotpotQA, token F1, Llama3-8B-instruct)"),
+        "ReSP Table 2 (HotpotQA, token F1, Llama3-8B-instruct)", baseline="ircot"),
     "nq": Dataset(
         "nq", "nq:oracle", ("eor",), SHORT_METRICS, 100, "em",
         {"eor (ChatGPT)": {"em": .528}, "eor (Llama2-chat 7B)": {"em": .502}},
@@ -188,8 +191,14 @@ def _order(key: str, runs: list[Any]) -> list[Any]:
 
 
 def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Markdown lines of one data set's table and the quality-vs-cost points."""
+    """Markdown lines of one data set's table and the quality-vs-cost points.
+
+    Metric cells: the value over all n questions with failed ones as 0 and its 95% BCa
+    interval; DR from the set means (ASQA). Then, when the plan names a baseline, the paired
+    differences against it on the questions both runs hold.
+    """
     from ambiqa.evaluation.runner import summarize
+    from ambiqa.evaluation.stats import fmt_interval
 
     plan = PLAN.get(key)
     metrics = list(plan.metrics) if plan else runs[0].metric_names
@@ -200,7 +209,9 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
     lines = [header, "|---|---|---:|---:|" + "---|" * len(metrics)
              + "---:|" * (len(COST_COLUMNS) + 1)]
     points = []
-    for run in _order(key, runs):
+    ordered = _order(key, runs)
+    any_failed = False
+    for run in ordered:
         s = summarize(run.rows, metrics)
         cells = []
         for name in metrics:
@@ -208,8 +219,11 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
             if not m["n"]:
                 cells.append("–")
                 continue
-            lo, hi = m["ci95"]
-            cells.append(f"{_fmt(m['mean'])} ±{_fmt((hi - lo) / 2, 3)}")
+            cell = f"{_fmt(m['mean'])} {fmt_interval(*m['ci95'])}"
+            if m["failed"]:
+                any_failed = True
+                cell += f" (excl. failed: {_fmt(m['mean_excl_failed'])})"
+            cells.append(cell)
         costs = [_fmt(float(s["cost"].get(k, 0.0)), d) if d else
                  f"{float(s['cost'].get(k, 0.0)):.0f}" for k, _, d in COST_COLUMNS]
         total_min = sum(float((r.get("cost") or {}).get("wall_s", 0) or 0)
@@ -221,6 +235,11 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
         if h and h["n"]:
             points.append({"label": run.spec.program, "x": float(s["cost"]["wall_s"]),
                            "y": h["mean"], "lo": h["ci95"][0], "hi": h["ci95"][1]})
+    if any_failed:
+        lines += ["", "(excl. failed: the value over the questions that did not fail.)"]
+    lines += paired_lines(plan, ordered, metrics)
+    if "dr" in metrics:
+        lines += dr_before_after(ordered)
     if plan and plan.paper:
         lines += ["", f"Published reference ({plan.paper_source}):", "",
                   "| paper run | " + " | ".join(metrics) + " |",
@@ -229,6 +248,59 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
             lines.append(f"| {label} | " + " | ".join(_fmt(vals.get(m)) for m in metrics)
                          + " |")
     return lines, points
+
+
+def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> list[str]:
+    """Paired differences (run − baseline) on the questions both runs hold, failed = 0."""
+    from ambiqa.evaluation.compare import check_same_reader
+    from ambiqa.evaluation.stats import fmt_interval, paired_comparison
+
+    if not plan or not plan.baseline:
+        return []
+    base = next((r for r in runs if r.spec.program == plan.baseline), None)
+    others = [r for r in runs if r is not base]
+    if base is None or not others:
+        return []
+    check_same_reader([base, *others], metrics)
+    lines = ["", f"Paired differences against {plan.baseline} on the questions both runs "
+             "hold (a failed question scores 0; Δ = program − baseline; 95% paired BCa "
+             "bootstrap interval; * = the interval excludes 0):", "",
+             "| program | n shared | " + " | ".join(f"Δ {m}" for m in metrics) + " |",
+             "|---|---:|" + "---|" * len(metrics)]
+    for run in others:
+        cells, n_shared = [], 0
+        for name in metrics:
+            p = paired_comparison(base.rows, run.rows, name)
+            n_shared = p["n_shared"]
+            star = " *" if p["excludes_zero"] else ""
+            cells.append(f"{p['diff']:+.3f}{star} {fmt_interval(*p['ci95'])}"
+                         if p["n_shared"] else "–")
+        lines.append(f"| {run.spec.program} | {n_shared} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def dr_before_after(runs: list[Any]) -> list[str]:
+    """DR as ambiqa computed it before issue 11 (mean of per-question roots) beside the
+    ASQA definition, from the same rows, so the change is traceable."""
+    from ambiqa.evaluation.runner import summarize
+
+    lines = ["", "DR by definition, same rows: the ASQA scorer's sqrt(mean D-F1 × mean "
+             "ROUGE-L) (used above) and the mean of per-question roots that ambiqa reported "
+             "before issue 11 (over the questions that did not fail):", "",
+             "| program | n | DR (ASQA) | mean of per-question roots (old) |",
+             "|---|---:|---:|---:|"]
+    for run in runs:
+        roots = []
+        for r in run.rows:
+            got = r.get("metrics") or {}
+            if r.get("error") or "d-f1" not in got or "rouge-l" not in got:
+                continue
+            roots.append(math.sqrt(max(float(got["d-f1"]), 0.0)
+                                   * max(float(got["rouge-l"]), 0.0)))
+        dr = summarize(run.rows, ["dr"])["metrics"]["dr"]
+        old = sum(roots) / len(roots) if roots else math.nan
+        lines.append(f"| {run.spec.program} | {dr['n']} | {_fmt(dr['mean'])} | {_fmt(old)} |")
+    return lines
 
 
 def _command(run: Any) -> list[str]:
@@ -261,7 +333,7 @@ def write_tables(root: Path, out: Path | None = None) -> Path:
     lms = sorted({r.spec.lm for r in runs_all if r.spec.lm})
     readers = sorted({r.spec.reader for r in runs_all if r.spec.reader})
     indexes = sorted({r.spec.index for r in runs_all if r.spec.index})
-    lines = ["# Method comparison", "",
+    lines = ["# Method comparison: tables", "",
              "Generated by `python benchmarks/compare_methods.py --report-only` from the run "
              "directories under `benchmarks/results/compare/`, each made by `ambiqa evaluate` "
              "(commands at the end; `--resume` extends a run to more questions).", "",
@@ -270,10 +342,17 @@ def write_tables(root: Path, out: Path | None = None) -> Path:
              f"- D-F1 reader: {', '.join(f'`{x}`' for x in readers) or 'n/a'} (a stand-in: "
              "the paper scorer's RoBERTa-large SQuAD2 reader is not available here, so D-F1 "
              "and DR are not comparable to published numbers)",
-             "- metric cells: mean ±half-width of the 95% bootstrap CI over the questions that "
-             "did not fail; cost columns: means per question (tokens of the program's own "
+             "- metric cells: value over all n questions, a failed question scoring 0, with "
+             "its 95% BCa bootstrap interval [low, high] over the questions "
+             "(scipy.stats.bootstrap, 2000 resamples; [–]: no interval under 3 questions); "
+             "means of per-question scores except DR = sqrt(mean D-F1 × mean "
+             "ROUGE-L) over the set, as the ASQA scorer defines it (recomputed per resample); "
+             "cost columns: means per question (tokens of the program's own "
              "LM calls; scoring calls excluded); wall s/q as run, crit s/q the union of LM, "
-             "retriever and encoder call intervals.", ""]
+             "retriever and encoder call intervals.",
+             "- ROUGE-L in these stored rows was scored with the regex sentence splitter "
+             "ambiqa used before issue 11; the Punkt splitter now used moves ROUGE-Lsum by "
+             "about −0.006 on these outputs (`benchmarks/results/rouge_splitter.md`).", ""]
     if len(lms) > 1:
         lines += ["**Warning: the runs used different LMs; rows are not comparable.**", ""]
     panels = []

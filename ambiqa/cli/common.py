@@ -51,10 +51,10 @@ def program_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def metric_fns(names: list[str], reader: Any) -> dict[str, Any]:
-    from ambiqa.evaluation.registry import get_metric
+    from ambiqa.evaluation.registry import get_metric, with_set_parts
 
     fns = {}
-    for name in names:
+    for name in with_set_parts(list(names)):  # DR is computed from its parts' set means
         fn = get_metric(name)
         fns[name] = (lambda f: (lambda ex, pred: f(ex, pred, reader=reader)))(fn)
     return fns

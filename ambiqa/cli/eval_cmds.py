@@ -25,14 +25,35 @@ from ambiqa.errors import ConfigError
 
 
 def _metric_names(text: str) -> list[str]:
-    from ambiqa.evaluation.registry import canonical_name, get_metric
+    from ambiqa.evaluation.registry import canonical_name, get_metric, with_set_parts
 
     names = [m.strip() for m in str(text).split(",") if m.strip()]
     if not names:
         raise ConfigError("--metrics is empty", hint="e.g. --metrics str-em,rouge-l,d-f1,dr")
     for name in names:
         get_metric(name)  # unknown names fail here, naming the closest one
-    return [canonical_name(n) for n in names]  # one spelling per metric in results.jsonl
+    out = [canonical_name(n) for n in names]  # one spelling per metric in results.jsonl
+    return with_set_parts(out)
+
+
+def _fingerprint(program: Any) -> str | None:
+    """The program's retriever fingerprint (None for programs without a retriever)."""
+    fp = getattr(getattr(program, "retriever", None), "fingerprint", None)
+    return str(fp) if isinstance(fp, str) and fp else None
+
+
+def _artifact_sha256(target: str) -> str | None:
+    """The sha256 of an artifact target (None for a program name), so a resume can prove it
+    continues with the same compiled program."""
+    import hashlib
+
+    if not _is_artifact(target):
+        return None
+    path = Path(target)
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"cannot read artifact {path}: {exc.strerror or exc}") from exc
 
 
 def _is_artifact(target: str) -> bool:
@@ -67,8 +88,14 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
     config = program_config(args)
     examples = load_dataset(args.data)
     out = Path(args.out)
-    draft = RunSpec(program=args.target, data=args.data, metrics=names)
-    check_run_dir(out, draft, args.resume)
+    artifact_sha = _artifact_sha256(args.target)
+    index = getattr(args, "index", None)
+    # the settings known before any model loads are checked now; reader and judge below
+    draft = RunSpec(program=args.target, data=args.data, metrics=names, lm=args.lm,
+                    index=index, program_config=config or None,
+                    artifact_sha256=artifact_sha)
+    check_run_dir(out, draft, args.resume,
+                  skip=frozenset({"reader", "judge", "index_fingerprint"}))
     ensure_writable_dir(out)
     if lm is None:
         lm_from_args(args)
@@ -82,8 +109,9 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
         program = program_or_artifact(args, args.target)
     spec = RunSpec(program=args.target, data=args.data, metrics=names,
                    reader=getattr(reader, "name", None), lm=args.lm,
-                   index=getattr(args, "index", None), program_config=config or None,
-                   judge=judge_name(names))
+                   index=index, program_config=config or None,
+                   judge=judge_name(names), artifact_sha256=artifact_sha,
+                   index_fingerprint=_fingerprint(program))
     summary = evaluate(program, examples, metrics, out_dir=out, spec=spec,
                        resume=args.resume, threads=args.threads,
                        max_error_rate=args.max_error_rate, timeout_s=args.timeout_s,
@@ -96,12 +124,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(f"[bold]{args.target}[/bold] on {args.data}: n={summary['n']}, "
                   f"errors={summary['n_errors']} (reader: {spec.reader})")
-    for name, m in summary["metrics"].items():
-        console.print(f"  {name:10s} {m['mean']:.4f}  95% CI \\[{m['ci95'][0]:.4f}, "
-                      f"{m['ci95'][1]:.4f}]")
+    _print_metrics(console, summary)
     console.print(f"  cost/question: {summary['cost']}")
     console.print(f"  report: {Path(args.out) / 'report.md'}")
     return 0
+
+
+def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
+    """One line per metric: headline (failed = 0) with its interval, then the mean over
+    the examples that did not fail, labelled."""
+    from rich.markup import escape
+
+    from ambiqa.evaluation.stats import fmt_interval
+
+    for name, m in summary["metrics"].items():
+        mean = m["mean"]
+        excl = m.get("mean_excl_failed", float("nan"))
+        console.print(escape(
+            f"  {name:10s} {mean:.4f}  95% CI {fmt_interval(*m['ci95'], digits=4)}  "
+            f"n={m['n']} failed={m.get('failed', 0)} (failed count as 0; "
+            f"excluding failures: {excl:.4f} on {m.get('n_scored', m['n'])})"))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -111,6 +153,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(f"{Path(args.run_dir) / 'report.md'}: n={summary['n']}, "
                   f"errors={summary['n_errors']}")
+    _print_metrics(console, summary)
     return 0
 
 
@@ -118,7 +161,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.compare import compare_runs, write_comparison
 
     metrics = _metric_names(args.metrics) if args.metrics else None
-    result = compare_runs(args.runs, metrics=metrics, baseline=args.baseline)
+    result = compare_runs(args.runs, metrics=metrics, baseline=args.baseline,
+                          allow_reader_mismatch=args.allow_reader_mismatch)
     path = write_comparison(result, Path(args.out), quality_metric=args.quality_metric)
     console = make_console()
     console.print(path.read_text(encoding="utf-8"), markup=False)
@@ -159,6 +203,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--metrics", default=None, help="default: the metrics all runs share")
     c.add_argument("--baseline", type=int, default=0,
                    help="index of the run the others are compared to (default 0)")
+    c.add_argument("--allow-reader-mismatch", action="store_true",
+                   help="pair runs whose D-F1/DR were scored by different readers (the "
+                        "differences then mix the method with the reader)")
     c.add_argument("--quality-metric", default=None,
                    help="metric on the quality-vs-cost plot (default: the first)")
     c.set_defaults(fn=cmd_compare)

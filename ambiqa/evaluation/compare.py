@@ -3,7 +3,9 @@
 Two runs on the same questions are compared per question, not by their two means: the paired
 difference removes the spread between easy and hard questions, so its bootstrap interval is
 much narrower than the two separate intervals suggest. Runs on different data sets or splits
-measure different things and are refused.
+measure different things and are refused, and so are reader-scored metrics (D-F1, DR) of runs
+scored by different readers unless the caller allows it. A failed question scores 0 on its
+side; DR is recomputed from the set means in every resample (:mod:`ambiqa.evaluation.stats`).
 
 ``compare_runs`` returns a plain dict (also written as ``comparison.json``);
 ``write_comparison`` renders it as ``compare.md`` plus ``quality_vs_cost.png``.
@@ -18,26 +20,16 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation.report import COST_KEYS, Run, load_run
-from ambiqa.evaluation.runner import bootstrap_ci, summarize, write_error
+from ambiqa.evaluation.runner import PER_ROW_ONLY, summarize, write_error
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
 
-def paired_bootstrap_ci(a: Sequence[float], b: Sequence[float], n: int = 1000,
-                        seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap CI of mean(b - a) resampling the paired examples."""
-    if len(a) != len(b):
-        raise ValueError("paired samples must have the same length")
-    diffs = [y - x for x, y in zip(a, b, strict=True)]
-    return bootstrap_ci(diffs, n=n, seed=seed)
-
-
 def _scores(run: Run, metric: str) -> dict[str, float]:
-    out = {}
-    for r in run.rows:
-        v = (r.get("metrics") or {}).get(metric)
-        if not r.get("error") and v is not None and not math.isnan(float(v)):
-            out[str(r["id"])] = float(v)
-    return out
+    """Per-question scores of ``metric`` on every example the run holds, failed ones as 0."""
+    from ambiqa.evaluation.stats import part_arrays
+
+    ids, (values, *_) = part_arrays(run.rows, metric)
+    return dict(zip(ids, values, strict=True))
 
 
 def _labels(runs: list[Run]) -> list[str]:
@@ -59,9 +51,31 @@ def check_same_data(runs: list[Run]) -> str:
     return datasets.pop()
 
 
+def check_same_reader(runs: list[Run], metrics: Sequence[str]) -> None:
+    """Refuse to pair reader-scored metrics (D-F1, DR) of runs scored by different readers."""
+    from ambiqa.evaluation.registry import NEEDS_READER
+
+    if not set(metrics) & NEEDS_READER:
+        return
+    readers = {r.spec.reader for r in runs}
+    if len(readers) > 1:
+        listing = ", ".join(f"{r.path} by {r.spec.reader or 'an unrecorded reader'}"
+                            for r in runs)
+        raise ConfigError(f"the runs' D-F1 was scored by different readers ({listing}); "
+                          "their differences would mix the method with the reader",
+                          hint="rescore with one reader, compare other metrics (--metrics), "
+                               "or pass --allow-reader-mismatch")
+
+
 def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = None,
-                 baseline: int = 0) -> dict[str, Any]:
-    """Side-by-side summary of runs and paired differences against ``runs[baseline]``."""
+                 baseline: int = 0, *, allow_reader_mismatch: bool = False) -> dict[str, Any]:
+    """Side-by-side summary of runs and paired differences against ``runs[baseline]``.
+
+    Differences are paired on the questions both runs hold, a failed question scoring 0;
+    set-level metrics (DR) are recomputed from the set means in every bootstrap resample.
+    """
+    from ambiqa.evaluation.stats import paired_comparison
+
     if len(paths) < 2:
         raise ConfigError("compare needs at least two run directories")
     runs = [load_run(p) for p in paths]
@@ -76,12 +90,18 @@ def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = No
                 raise ConfigError(f"metric {name!r} is not in run(s) {', '.join(missing)}",
                                   hint="compare a metric every run scored")
     else:
-        names = [n for n in runs[0].metric_names if all(n in r.metric_names for r in runs)]
+        names = [n for n in runs[0].metric_names if all(n in r.metric_names for r in runs)
+                 and n not in PER_ROW_ONLY]
         if not names:
             raise ConfigError("the runs share no metric", hint="pass --metrics")
+    if not allow_reader_mismatch:
+        check_same_reader(runs, names)
     labels = _labels(runs)
+    out_readers_differ = len({r.spec.reader for r in runs}) > 1
     out: dict[str, Any] = {"dataset": dataset, "metrics": names, "baseline": labels[baseline],
-                           "runs": [], "paired": [], "consistency": None}
+                           "runs": [], "paired": [], "consistency": None,
+                           "reader_mismatch_allowed": bool(allow_reader_mismatch
+                                                           and out_readers_differ)}
     for run, label in zip(runs, labels, strict=True):
         s = summarize(run.rows, names)
         out["runs"].append({"label": label, "path": str(run.path), "data": run.spec.data,
@@ -93,16 +113,8 @@ def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = No
         if run is base:
             continue
         for name in names:
-            a, b = _scores(base, name), _scores(run, name)
-            shared = sorted(set(a) & set(b))
-            xa, xb = [a[i] for i in shared], [b[i] for i in shared]
-            lo, hi = paired_bootstrap_ci(xa, xb)
-            diff = (sum(xb) - sum(xa)) / len(shared) if shared else math.nan
-            out["paired"].append({"run": label, "metric": name, "n_shared": len(shared),
-                                  "baseline_mean": sum(xa) / len(xa) if xa else math.nan,
-                                  "run_mean": sum(xb) / len(xb) if xb else math.nan,
-                                  "diff": diff, "ci95": [lo, hi],
-                                  "excludes_zero": bool(shared) and (lo > 0 or hi < 0)})
+            out["paired"].append({"run": label, **paired_comparison(base.rows, run.rows,
+                                                                    name)})
     if "em" in names and len(runs) >= 2:
         out["consistency"] = _consistency(runs, labels)
     return out
@@ -113,7 +125,8 @@ def _consistency(runs: list[Run], labels: list[str]) -> dict[str, Any] | None:
     "right", on the questions every run answered."""
     from ambiqa.evaluation import metrics as m
 
-    per = [_scores(r, "em") for r in runs]
+    per = [{i: v for i, v in _scores(r, "em").items() if i not in _failed_ids(r)}
+           for r in runs]
     shared = sorted(set.intersection(*(set(p) for p in per)))
     if not shared:
         return None
@@ -123,6 +136,10 @@ def _consistency(runs: list[Run], labels: list[str]) -> dict[str, Any] | None:
     return {"n": len(shared), "rwr": rwr, "mrwr": m.mrwr(rwr), "mrlr": m.mrlr(rwr)}
 
 
+def _failed_ids(run: Run) -> set[str]:
+    return {str(r["id"]) for r in run.rows if r.get("error")}
+
+
 def _fmt(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -130,34 +147,42 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def render_comparison(result: dict[str, Any], plot: str | None) -> str:
+    from ambiqa.evaluation.stats import fmt_interval
+
     names = result["metrics"]
     lines = [f"# Comparison on {result['dataset']}", "",
              "## Side by side (each run on all its examples)", "",
              "| run | n | failed | " + " | ".join(names) + " | "
+             + " | ".join(f"{n} excl. failed" for n in names) + " | "
              + " | ".join(COST_KEYS.values()) + " |",
-             "|---|---:|---:|" + "---|" * len(names) + "---:|" * len(COST_KEYS)]
+             "|---|---:|---:|" + "---|" * len(names) + "---:|" * len(names)
+             + "---:|" * len(COST_KEYS)]
     for r in result["runs"]:
-        cells = []
-        for name in names:
-            m = r["metrics"][name]
-            lo, hi = m["ci95"]
-            cells.append(f"{_fmt(m['mean'])} [{_fmt(lo)}, {_fmt(hi)}]")
+        cells = [f"{_fmt(r['metrics'][n]['mean'])} {fmt_interval(*r['metrics'][n]['ci95'])}"
+                 for n in names]
+        excl = [_fmt(r["metrics"][n].get("mean_excl_failed")) for n in names]
         costs = [_fmt(float(r["cost"].get(k, 0.0)), 2 if k.endswith("_s") else 1)
                  for k in COST_KEYS]
         lines.append(f"| {r['label']} | {r['n']} | {r['n_errors']} | " + " | ".join(cells)
-                     + " | " + " | ".join(costs) + " |")
-    lines += ["", "Metric cells: mean [95% bootstrap CI]. Cost columns: means per question.",
+                     + " | " + " | ".join(excl) + " | " + " | ".join(costs) + " |")
+    lines += ["", "Metric cells: value over all n questions, a failed question scoring 0, "
+              "with its 95% BCa bootstrap interval [low, high] (questions resampled); "
+              "DR = sqrt(mean D-F1 × mean ROUGE-L) over the set, as the ASQA scorer "
+              "defines it. \"excl. failed\": the same value over the questions that did "
+              "not fail. Cost columns: means per question.",
               "", f"## Paired differences against {result['baseline']}", "",
-              "On the examples both runs scored (failed examples left out). Δ = run − "
-              "baseline; CI: paired bootstrap, 1000 resamples; * = the CI excludes 0.", "",
-              "| run | metric | n shared | baseline | run | Δ | 95% CI |",
-              "|---|---|---:|---:|---:|---:|---|"]
+              "On the questions both runs hold, a failed question scoring 0 on its side. "
+              "Δ = run − baseline; interval: paired BCa bootstrap over those questions "
+              "(DR recomputed from the resampled set means); * = the interval excludes 0.", "",
+              "| run | metric | n shared | failed (baseline / run) | baseline | run | Δ | "
+              "95% CI |", "|---|---|---:|---|---:|---:|---:|---|"]
     for p in result["paired"]:
-        lo, hi = p["ci95"]
         star = " *" if p["excludes_zero"] else ""
+        failed = p.get("failed") or {}
         lines.append(f"| {p['run']} | {p['metric']} | {p['n_shared']} | "
+                     f"{failed.get('baseline', 0)} / {failed.get('run', 0)} | "
                      f"{_fmt(p['baseline_mean'])} | {_fmt(p['run_mean'])} | "
-                     f"{_fmt(p['diff'])}{star} | [{_fmt(lo)}, {_fmt(hi)}] |")
+                     f"{_fmt(p['diff'])}{star} | {fmt_interval(*p['ci95'])} |")
     cons = result.get("consistency")
     if cons:
         lines += ["", "## Consistency between runs (EoR eq. 1-3, EM = 1 counts as right)", "",
@@ -172,6 +197,9 @@ def render_comparison(result: dict[str, Any], plot: str | None) -> str:
     lines += [f"- LM: {', '.join(f'`{x}`' for x in sorted(lms)) or 'not recorded'}"]
     if readers:
         lines.append(f"- D-F1 reader: {', '.join(f'`{x}`' for x in sorted(readers))}")
+    if result.get("reader_mismatch_allowed"):
+        lines.append("- **Paired despite different D-F1 readers (--allow-reader-mismatch): "
+                     "D-F1 and DR differences mix the method with the reader.**")
     if len(lms) > 1 or len(readers) > 1:
         lines.append("- **The runs used different LMs or readers: differences mix the "
                      "method with the model.**")

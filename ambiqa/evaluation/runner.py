@@ -3,8 +3,10 @@
 ``runs/NAME/results.jsonl`` receives one line per finished example (prediction, metric
 scores, cost trace, error) as soon as it finishes, flushed and fsynced, so a killed run loses
 at most the examples in flight; ``resume=True`` skips the examples already recorded.
-``runs/NAME/run.json`` records what the run is (program, data, metrics) so a resume into a
-directory holding another program's results is refused.
+``runs/NAME/run.json`` records what the run is (program, data, metrics, LM, reader, index and
+its fingerprint, program config or artifact hash, judge) so a resume into a directory holding
+another program's results, or the same program under other settings, is refused with an
+error naming each difference.
 
 Both files only ever gain fields (additive changes), so runs written by an older ambiqa
 resume and render with a newer one. When one example id has several rows (an errored example
@@ -27,7 +29,6 @@ import errno
 import json
 import math
 import os
-import random
 import tempfile
 import threading
 import time
@@ -56,9 +57,13 @@ class RunSpec:
     index: str | None = None
     program_config: dict[str, Any] | None = None
     judge: str | None = None
+    #: sha256 of the artifact file when the program came from one
+    artifact_sha256: str | None = None
+    #: the retriever's own fingerprint (its passages and settings), beyond the index name
+    index_fingerprint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _OPTIONAL = ("index", "program_config", "judge")
+    _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256", "index_fingerprint")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"program": self.program, "data": self.data,
@@ -79,6 +84,8 @@ class RunSpec:
                    metrics=[str(x) for x in data.get("metrics", []) or []],
                    reader=data.get("reader"), lm=data.get("lm"), index=data.get("index"),
                    program_config=data.get("program_config"), judge=data.get("judge"),
+                   artifact_sha256=data.get("artifact_sha256"),
+                   index_fingerprint=data.get("index_fingerprint"),
                    extra={k: v for k, v in data.items() if k not in known})
 
     @property
@@ -247,8 +254,7 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
             with track() as scoring:
                 try:
                     row["metrics"] = call_with_timeout(
-                        lambda: {name: float(fn(ex, pred)) for name, fn in metrics.items()},
-                        timeout_s)
+                        lambda: score_row(ex, pred, metrics), timeout_s)
                 except Exception as exc:
                     kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
                     row["metrics"] = {}
@@ -316,18 +322,28 @@ def _prepare_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFi
     old = check_run_dir(out_dir, spec, resume)
     if old is not None:
         results.repair()
-        if spec is not None and _count(spec.data) > _count(old.get("data", "")):
-            # extended to more examples of the same split; a resume asking for fewer keeps
-            # the larger spec, since results.jsonl still holds those examples
-            _write_json(meta, {**old, **spec.to_dict()})
+        if spec is not None:
+            new = spec.to_dict()
+            if _count(spec.data) > _count(old.get("data", "")):
+                # extended to more examples of the same split; a resume asking for fewer
+                # keeps the larger spec, since results.jsonl still holds those examples
+                merged = {**old, **new}
+            else:  # settings an older run did not record are recorded now
+                merged = {**old, **{k: v for k, v in new.items()
+                                    if k not in old and v is not None}}
+            if merged != old:
+                _write_json(meta, merged)
     elif spec is not None:
         _write_json(meta, spec.to_dict())
     return results
 
 
-def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> dict[str, Any] | None:
+def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
+                  skip: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """Refuse what would mix or overwrite results; read-only, so the CLI can call it before
-    loading any model. Returns the existing ``run.json`` content (None for a fresh dir)."""
+    loading any model. A resume must share program, split and every setting in
+    :data:`RESUME_FIELDS` with ``run.json`` (``skip``: fields not known yet); the error names
+    each difference. Returns the existing ``run.json`` content (None for a fresh dir)."""
     out_dir = Path(out_dir)
     meta = out_dir / "run.json"
     if out_dir.exists() and not out_dir.is_dir():
@@ -354,7 +370,60 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> dict[str
             f"{out_dir} holds a run of {old.get('program')} on {old.get('data')}, "
             f"not {spec.program} on {spec.data}; refusing to mix results",
             hint="choose another --out")
+    if spec is not None:
+        diffs = spec_differences(old, spec, skip=skip)
+        if diffs:
+            raise ConfigError(
+                f"cannot resume {out_dir}: its settings differ from this run's: "
+                + "; ".join(diffs),
+                hint="resume with the run's own settings (see its run.json), or choose "
+                     "another --out")
     return old
+
+
+#: settings a resumed run must share with the run it continues (run.json key -> label)
+RESUME_FIELDS: dict[str, str] = {
+    "lm": "LM", "reader": "reader", "index": "index", "index_fingerprint": "index fingerprint",
+    "program_config": "program config", "artifact_sha256": "artifact hash",
+    "metrics": "metric set", "judge": "judge",
+}
+#: fields older ambiqa versions did not record: a stored "none" there proves nothing either
+#: way, so it is accepted (and the resumed run records the value)
+_UNRECORDED_OK = frozenset({"index_fingerprint"})
+
+
+def spec_differences(old: dict[str, Any], spec: RunSpec,
+                     skip: frozenset[str] = frozenset()) -> list[str]:
+    """Each setting of ``spec`` that differs from the stored ``run.json`` (``old``), as
+    ``label: stored X, now Y``. ``skip`` names fields not known yet (the CLI checks the cheap
+    ones before loading a model, the rest once the reader and judge exist)."""
+    new = spec.to_dict()
+    out = []
+    for key, label in RESUME_FIELDS.items():
+        if key in skip:
+            continue
+        was, now = old.get(key), new.get(key)
+        if key == "metrics":
+            was, now = sorted(was or []), sorted(now or [])
+        if was in ({}, []):
+            was = None
+        if was is None and key in _UNRECORDED_OK:
+            continue
+        if now in ({}, []):
+            now = None
+        if was != now:
+            out.append(f"{label}: stored {_show(was)}, now {_show(now)}")
+    return out
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -404,32 +473,60 @@ def _base(data_spec: str) -> str:
     return head if head and tail.isdigit() else str(data_spec)
 
 
-def bootstrap_ci(values: list[float], n: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap confidence interval of the mean."""
-    if not values:
-        return (math.nan, math.nan)
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(n))
-    return means[int(0.025 * n)], means[int(0.975 * n) - 1]
-
-
 def summarize(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any]:
-    """Per-metric mean with a 95% bootstrap CI over the scored examples, and cost per
-    question (means over every example, failed ones included: they cost too)."""
-    ok = [r for r in rows if not r.get("error")]
-    out: dict[str, Any] = {"n": len(rows), "n_errors": len(rows) - len(ok), "metrics": {},
-                           "cost": {}}
+    """Per-metric headline with a 95% BCa bootstrap interval, and cost per question.
+
+    Every row counts: a failed example scores 0 in the headline ``mean`` (and its interval);
+    ``mean_excl_failed`` over the examples that did not fail sits beside it. Set-level metrics
+    (DR) are computed from the set means of their parts, as the ASQA scorer does
+    (:mod:`ambiqa.evaluation.stats`). Cost means are over every example, failed ones included:
+    they cost too.
+    """
+    from ambiqa.evaluation.stats import summarize_metric
+
+    n_errors = sum(1 for r in rows if r.get("error"))
+    out: dict[str, Any] = {"n": len(rows), "n_errors": n_errors, "metrics": {}, "cost": {}}
     for name in metric_names:
-        vals = [r["metrics"][name] for r in ok if name in r.get("metrics", {})
-                and not math.isnan(r["metrics"][name])]
-        lo, hi = bootstrap_ci(vals)
-        out["metrics"][name] = {"mean": sum(vals) / len(vals) if vals else math.nan,
-                                "ci95": [lo, hi], "n": len(vals)}
+        if name in PER_ROW_ONLY:
+            continue
+        out["metrics"][name] = summarize_metric(rows, name)
     for key in ("lm_calls", "input_tokens", "output_tokens", "retriever_calls", "wall_s",
                 "critical_path_s"):
         vals = [r["cost"].get(key, 0) for r in rows if r.get("cost")]
         out["cost"][key] = sum(vals) / len(vals) if vals else 0.0
     return out
+
+
+def score_row(example: Any, pred: Any, metrics: dict[str, MetricFn]) -> dict[str, float]:
+    """One example's per-question scores.
+
+    A set-level metric (DR) has no per-question value in the headline: the row keeps its
+    parts (D-F1, ROUGE-L) and, for plots, the per-question root under ``dr_q``, computed from
+    the parts already scored (the reader is not asked twice).
+    """
+    from ambiqa.evaluation.registry import canonical_name
+    from ambiqa.evaluation.stats import PER_QUESTION_NAME, SET_LEVEL, set_level_name
+
+    out: dict[str, float] = {}
+    set_level = {name: set_level_name(name) for name in metrics}
+    for name, fn in metrics.items():
+        if not set_level[name]:
+            out[name] = float(fn(example, pred))
+    by_canonical = {canonical_name(n): v for n, v in out.items()}
+    for name, key in set_level.items():
+        if not key:
+            continue
+        parts = SET_LEVEL[key]
+        if all(p in by_canonical for p in parts):
+            out[PER_QUESTION_NAME[key]] = math.sqrt(
+                math.prod(max(by_canonical[p], 0.0) for p in parts))
+        else:  # parts not requested: only the per-question value can be recorded
+            out[PER_QUESTION_NAME[key]] = float(metrics[name](example, pred))
+    return out
+
+
+#: per-question keys that are not headline metrics of their own
+PER_ROW_ONLY = frozenset({"dr_q"})
 
 
 class _Progress:

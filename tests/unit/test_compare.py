@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -12,8 +13,8 @@ import pytest
 
 from ambiqa.cli import EXIT_USER_ERROR, main
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.compare import compare_runs, paired_bootstrap_ci
-from ambiqa.evaluation.runner import ResultsFile, bootstrap_ci
+from ambiqa.evaluation.compare import compare_runs
+from ambiqa.evaluation.runner import ResultsFile
 from ambiqa.testing import scripted_lm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def _write_run(d, program, data, scores, lm_calls=1):
     return d
 
 
-def test_paired_differences_on_shared_ids(tmp_path):
+def test_paired_differences_on_shared_ids_count_failures_as_zero(tmp_path):
     a = _write_run(tmp_path / "a", "vanilla_rag", "toy:dev:5",
                    {"q0": 1.0, "q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": None})
     b = _write_run(tmp_path / "b", "diva", "toy:dev:6",
@@ -43,18 +44,75 @@ def test_paired_differences_on_shared_ids(tmp_path):
                    lm_calls=5)
     res = compare_runs([a, b], metrics=["em"])
     (p,) = res["paired"]
-    # shared scored ids: q0..q3 (q4 failed in a, q5 only in b); diffs 0, 1, 0, 0 -> 0.25
-    assert p["n_shared"] == 4 and p["diff"] == pytest.approx(0.25)
-    assert p["baseline_mean"] == pytest.approx(0.5) and p["run_mean"] == pytest.approx(0.75)
-    assert p["ci95"] == list(bootstrap_ci([0.0, 1.0, 0.0, 0.0]))
-    assert paired_bootstrap_ci([1, 0], [1, 1]) == bootstrap_ci([0, 1])
-    # each run's own summary is on all its scored examples
-    assert [r["metrics"]["em"]["n"] for r in res["runs"]] == [4, 6]
+    # shared ids q0..q4 (q5 only in b); q4 failed in a and scores 0 there:
+    # a = 1,0,1,0,0 (0.4), b = 1,1,1,0,1 (0.8), diffs 0,1,0,0,1 -> 0.4
+    assert p["n_shared"] == 5 and p["failed"] == {"baseline": 1, "run": 0}
+    assert p["diff"] == pytest.approx(0.4)
+    assert p["baseline_mean"] == pytest.approx(0.4) and p["run_mean"] == pytest.approx(0.8)
+    lo, hi = p["ci95"]
+    # the interval of a mean of 0/1 differences lies inside [0, 1] and around 0.4; with two
+    # of five diffs equal to 1 and none negative, no resample can go below 0
+    assert 0.0 <= lo < 0.4 < hi <= 1.0 and p["ci_method"] == "BCa"
+    # each run's own headline counts its failed question as 0; excl. failures beside it
+    ra, rb = (r["metrics"]["em"] for r in res["runs"])
+    assert (ra["mean"], ra["n"], ra["failed"]) == (pytest.approx(0.4), 5, 1)
+    assert ra["mean_excl_failed"] == pytest.approx(0.5) and ra["n_scored"] == 4
+    assert (rb["mean"], rb["n"], rb["failed"]) == (pytest.approx(5 / 6), 6, 0)
     # consistency across runs (EM = 1 right) on ids both answered: q0..q3
     cons = res["consistency"]
     # b is right on q1 where a is wrong; a is wrong on q1, q3 -> RWR(b, a) = 1/2
     assert cons["rwr"]["diva"]["vanilla_rag"] == pytest.approx(1 / 2)
     assert cons["rwr"]["vanilla_rag"]["diva"] == 0.0
+
+
+def _write_dr_run(d, program, reader, rows):
+    """rows: id -> (d-f1, rouge-l) or None for a failed question."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "run.json").write_text(json.dumps({"program": program, "data": "asqa:dev:4",
+                                            "metrics": ["d-f1", "rouge-l", "dr"],
+                                            "reader": reader, "lm": "scripted"}))
+    out = []
+    for i, v in rows.items():
+        if v is None:
+            out.append({"id": i, "question": i, "error": "Timeout: no result", "metrics": {},
+                        "prediction": None, "cost": {"lm_calls": 1}})
+        else:
+            out.append({"id": i, "question": i, "error": None, "prediction": {"answer": "x"},
+                        "metrics": {"d-f1": v[0], "rouge-l": v[1]}, "cost": {"lm_calls": 1}})
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+    return d
+
+
+def test_paired_dr_is_recomputed_from_set_means(tmp_path):
+    a = _write_dr_run(tmp_path / "a", "vanilla_rag", "reader-x",
+                      {"q0": (0.0, 0.4), "q1": (1.0, 0.2), "q2": (0.5, 0.3), "q3": None})
+    b = _write_dr_run(tmp_path / "b", "diva", "reader-x",
+                      {"q0": (1.0, 0.5), "q1": (0.5, 0.5), "q2": (0.5, 0.5), "q3": (0.0, 0.5)})
+    res = compare_runs([a, b], metrics=["dr"])
+    (p,) = res["paired"]
+    # a: mean D-F1 (0 + 1 + .5 + 0) / 4 = .375, mean ROUGE (.4 + .2 + .3 + 0) / 4 = .225
+    # b: mean D-F1 2 / 4 = .5, mean ROUGE .5
+    assert p["baseline_mean"] == pytest.approx((0.375 * 0.225) ** 0.5)
+    assert p["run_mean"] == pytest.approx(0.5)
+    assert p["diff"] == pytest.approx(0.5 - (0.375 * 0.225) ** 0.5)
+    assert p["n_shared"] == 4 and p["failed"] == {"baseline": 1, "run": 0}
+
+
+def test_compare_refuses_runs_scored_by_different_readers(tmp_path):
+    rows = {"q0": (0.5, 0.5), "q1": (1.0, 0.2), "q2": (0.0, 0.1)}
+    a = _write_dr_run(tmp_path / "a", "vanilla_rag", "lm-reader:embedded/x", rows)
+    b = _write_dr_run(tmp_path / "b", "diva", "extractive:ckpt", rows)
+    with pytest.raises(ConfigError, match="different readers") as err:
+        compare_runs([a, b])
+    assert "lm-reader:embedded/x" in str(err.value) and "extractive:ckpt" in str(err.value)
+    # a metric no reader scores is fine; so is an explicit allowance, which is reported
+    assert compare_runs([a, b], metrics=["rouge-l"])["paired"][0]["diff"] == 0.0
+    res = compare_runs([a, b], allow_reader_mismatch=True)
+    assert res["reader_mismatch_allowed"] is True
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c")]) == EXIT_USER_ERROR
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c"),
+                 "--allow-reader-mismatch"]) == 0
+    assert "despite different D-F1 readers" in (tmp_path / "c" / "compare.md").read_text()
 
 
 def test_compare_refuses_other_data_and_missing_metrics(tmp_path):
@@ -80,8 +138,10 @@ def test_compare_cli_writes_markdown_and_plot(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
     md = (out / "compare.md").read_text()
-    # diffs 0, 1, 0, 1: CI [0, 1] touches 0, so no star
-    assert "| diva | em | 4 | 0.500 | 1.000 | 0.500 | [0.000, 1.000] |" in md
+    # diffs 0, 1, 0, 1: the paired interval reaches 0, so no star
+    line = next(ln for ln in md.splitlines() if ln.startswith("| diva | em |"))
+    assert line.startswith("| diva | em | 4 | 0 / 0 | 0.500 | 1.000 | 0.500 | [0.000, ")
+    assert "*" not in line
     assert (out / "quality_vs_cost.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((out / "comparison.json").read_text())["dataset"] == "toy:dev"
     c = _write_run(tmp_path / "runs" / "c", "eor", "nq:oracle:4", {"q0": 1.0})
@@ -144,6 +204,17 @@ def test_evaluate_resume_extend_and_refusals_keep_results(tmp_path, capsys, shar
     # another program into this directory: refused, even with --resume
     assert _evaluate(out, "--resume", program="vanilla_rag") == EXIT_USER_ERROR
     assert "refusing to mix" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == snapshot
+    # the same program with other settings: refused before any model loads, each named
+    assert _evaluate(out, "--resume", "--lm", "embedded:qwen2.5-coder-1.5b",
+                     "--program-config", '{"k": 3}') == EXIT_USER_ERROR
+    err = " ".join(capsys.readouterr().err.split())
+    assert "LM: stored none, now 'embedded:qwen2.5-coder-1.5b'" in err
+    assert 'program config: stored none, now {"k": 3}' in err
+    assert main(["evaluate", "closed_book", "--data", "asqa:dev:2", "--metrics", "str-em",
+                 "--out", str(out), "--resume"]) == EXIT_USER_ERROR
+    assert "metric set: stored d-f1,dr,rouge-l,str-em, now str-em" in " ".join(
+        capsys.readouterr().err.split())
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == snapshot
     # --resume extends to more examples of the same split
     assert _evaluate(out, "--resume", data="asqa:dev:3") == 0
@@ -233,6 +304,8 @@ def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_l
     assert "| closed_book | asqa:dev:3 | 3 | 0 |" in text
     assert "| vanilla_rag | asqa:dev:2 | 2 | 0 |" in text
     assert "ambiqa evaluate vanilla_rag --data asqa:dev:2" in text
+    assert "Paired differences against vanilla_rag" in text and "| closed_book | 2 |" in text
+    assert "±" not in text
     after = sorted(p.relative_to(root) for p in root.rglob("*"))
     assert set(after) - set(before) == {Path("TABLES.md"), Path("quality_vs_cost.png")}
 
@@ -243,3 +316,84 @@ def test_compare_methods_report_only_cli_on_empty_root(tmp_path):
                     "--tables", str(tmp_path / "T.md")]) == 0
     assert "No run directories found yet." in (tmp_path / "T.md").read_text()
     assert cm.main(["--datasets", "asqa,nope", "--root", str(tmp_path)]) == 2
+
+
+# ---------------------------------------------------------------- benchmarks/render.py
+
+
+def _load_render():
+    spec = importlib.util.spec_from_file_location("bench_render", ROOT / "benchmarks" /
+                                                  "render.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_render_stitches_sections_in_order_and_shifts_standalone_headings(tmp_path):
+    render = _load_render()
+    (tmp_path / "r" / "sub").mkdir(parents=True)
+    (tmp_path / "r" / "intro.md").write_text(
+        "<!-- no-command: the machine -->\nTwo cores, no GPU.\n")
+    (tmp_path / "r" / "sub" / "TABLES.md").write_text(
+        "# Tables\n\nMade by `python benchmarks/x.py --n 3`.\n\n## asqa\n\n"
+        "```bash\n# not a heading\nambiqa evaluate x\n```\n\n![plot](plot.png)\n")
+    (tmp_path / "r" / "prose.md").write_text(
+        "## Prose\n\n`ambiqa compare a b --out c` gives 0.2 [0.1, 0.3].\n")
+    text = render.render(["r/intro.md", "r/sub/TABLES.md", "r/prose.md"], root=tmp_path)
+    assert text.startswith("# Benchmarks\n\n<!-- Generated by `python benchmarks/render.py`")
+    assert "no-command" not in text and "Two cores, no GPU." in text
+    assert "## Tables\n" in text and "### asqa\n" in text  # shifted one level
+    assert "\n# not a heading\n" in text  # fenced code untouched
+    assert "![plot](r/sub/plot.png)" in text  # relative to the repository root
+    assert text.index("Two cores") < text.index("## Tables") < text.index("## Prose")
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("## X\n\nA number: 0.3.\n", "names no command line"),
+    ("## X\n\n`python benchmarks/x.py`: 0.30 ±0.05\n", "x.md:3: an interval printed with ±"),
+])
+def test_render_refuses_untraceable_sections(tmp_path, body, message):
+    render = _load_render()
+    (tmp_path / "x.md").write_text(body)
+    with pytest.raises(render.SectionError, match=message):
+        render.render(["x.md"], root=tmp_path)
+    with pytest.raises(render.SectionError, match="not found"):
+        render.render(["missing.md"], root=tmp_path)
+
+
+def test_benchmarks_md_is_rendered_from_its_sections():
+    """BENCHMARKS.md must equal what benchmarks/render.py makes of the section files."""
+    render = _load_render()
+    assert render.main(["--check"]) == 0
+
+
+# ---------------------------------------------------------------- intervals (stats)
+
+
+def _dr_rows(pairs):
+    return [{"id": f"q{i:02d}", "error": None if p else "boom",
+             "metrics": {"d-f1": p[0], "rouge-l": p[1]} if p else {}}
+            for i, p in enumerate(pairs)]
+
+
+def test_dr_interval_resamples_set_means_not_per_question_roots():
+    from ambiqa.evaluation.stats import summarize_metric
+
+    # every per-question root is 0, so a bootstrap of roots would give [0, 0]; the set-level
+    # DR is sqrt(0.5 * 0.5) = 0.5 and its resamples stay near it
+    rows = _dr_rows([(1.0, 0.0), (0.0, 1.0)] * 10)
+    s = summarize_metric(rows, "dr")
+    assert s["mean"] == pytest.approx(0.5) and s["ci_method"] == "BCa"
+    lo, hi = s["ci95"]
+    assert 0.3 < lo < 0.5 <= hi <= 0.5 + 1e-9  # sqrt(p(1-p)) peaks at p = 0.5
+
+
+def test_intervals_do_not_depend_on_row_order_and_need_three_questions():
+    from ambiqa.evaluation.stats import summarize_metric
+
+    rows = _dr_rows([(0.1, 0.2), (0.9, 0.4), (0.5, 0.5), None, (0.3, 0.1), (0.7, 0.9)])
+    assert summarize_metric(rows, "dr") == summarize_metric(rows[::-1], "dr")
+    two = summarize_metric(_dr_rows([(0.1, 0.2), (0.9, 0.4)]), "d-f1")
+    assert math.isnan(two["ci95"][0]) and two["ci_method"].startswith("none")
+    same = summarize_metric(_dr_rows([(0.5, 0.5)] * 4), "d-f1")
+    assert same["ci95"] == [0.5, 0.5] and same["ci_method"] == "degenerate"

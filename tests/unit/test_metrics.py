@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import dspy
 import pytest
 from hypothesis import given
@@ -59,11 +57,24 @@ def test_a_string_matches_itself(text):
 # ---------------------------------------------------------------- ASQA: ROUGE-Lsum, STR-EM, D-F1
 
 
-def test_sentence_splitter_keeps_initials_and_abbreviations():
-    text = "J. K. Rowling wrote it in 1997. The U.S. team won! \"Yes,\" he said. e.g. this."
+def test_sentence_splitter_is_punkt_english():
+    text = "J. K. Rowling wrote it in 1997. The U.S. team won! \"Yes,\" he said. Mr. Smith left."
     assert m.split_sentences(text) == [
-        "J. K. Rowling wrote it in 1997.", "The U.S. team won!", "\"Yes,\" he said. e.g. this."]
-    assert m.split_sentences("") == []
+        "J. K. Rowling wrote it in 1997.", "The U.S. team won!", "\"Yes,\" he said.",
+        "Mr. Smith left."]
+    # Punkt's orthographic evidence needs capitals: the ASQA scorer lowercases first, so a
+    # lowercase sentence after an abbreviation-like token stays joined, as it does there
+    assert m.split_sentences("it was the u.s. team. they won.") == [
+        "it was the u.s. team.", "they won."]
+    assert m.split_sentences("") == [] and m.split_sentences("   ") == []
+
+
+def test_rouge_lsum_splits_lowercased_text_like_the_asqa_scorer(monkeypatch):
+    seen = []
+    real = m.split_sentences
+    monkeypatch.setattr(m, "split_sentences", lambda t: seen.append(t) or real(t))
+    m.rouge_lsum("Jaws Was Made. In 1975.", ["JAWS was made in 1975."])
+    assert seen == ["jaws was made. in 1975.", "jaws was made in 1975."]
 
 
 def test_rouge_lsum_identical_is_one_and_empty_is_zero():
@@ -134,6 +145,53 @@ def test_disambig_f1_with_fake_reader():
 def test_dr_is_geometric_mean():
     assert m.dr_score(0.25, 0.64) == pytest.approx(0.4)  # sqrt(0.16)
     assert m.dr_score(0.0, 0.9) == 0.0
+
+
+def test_run_rows_keep_dr_parts_and_dr_q_not_a_row_dr():
+    from ambiqa.evaluation.runner import score_row
+
+    calls = []
+
+    def dr_fn(ex, pred):  # must not be called: the parts are already scored
+        calls.append(1)
+        return 0.0
+
+    row = score_row(None, None, {"d-f1": lambda ex, p: 0.25, "rouge-l": lambda ex, p: 0.64,
+                                 "dr": dr_fn})
+    assert row == {"d-f1": 0.25, "rouge-l": 0.64, "dr_q": pytest.approx(0.4)}
+    assert calls == []
+
+
+def test_dr_is_the_root_of_set_means_not_the_mean_of_roots():
+    from ambiqa.evaluation.runner import summarize
+
+    rows = [{"id": "a", "error": None, "metrics": {"d-f1": 1.0, "rouge-l": 0.0}},
+            {"id": "b", "error": None, "metrics": {"d-f1": 0.0, "rouge-l": 1.0}}]
+    # every per-question root is 0, but sqrt(0.5 * 0.5) = 0.5
+    assert summarize(rows, ["dr"])["metrics"]["dr"]["mean"] == pytest.approx(0.5)
+
+
+def test_metric_fns_for_dr_alone_still_give_the_set_level_dr():
+    """`ambiqa compile --metric dr` scores its dev set through metric_fns(["dr"])."""
+    from ambiqa.cli.common import metric_fns
+    from ambiqa.evaluation.runner import evaluate
+
+    reader = FakeReader({"Who directed Jaws?": "Steven Spielberg"})
+    fns = metric_fns(["dr"], reader)
+    assert list(fns) == ["d-f1", "rouge-l", "dr"]
+    summary = evaluate(lambda question: dspy.Prediction(answer=LONG), [ASQA_EX], fns,
+                       progress=False)
+    dr = summary["metrics"]["dr"]
+    d, r = summary["metrics"]["d-f1"]["mean"], summary["metrics"]["rouge-l"]["mean"]
+    assert d == pytest.approx(1 / 3) and dr["n"] == 1
+    assert dr["mean"] == pytest.approx((d * r) ** 0.5)
+
+
+def test_evaluate_adds_the_parts_dr_is_computed_from():
+    from ambiqa.cli.eval_cmds import _metric_names
+
+    assert _metric_names("str-em,dr") == ["str-em", "d-f1", "rouge-l", "dr"]
+    assert _metric_names("rouge-l,d-f1,dr") == ["rouge-l", "d-f1", "dr"]
 
 
 def test_answer_f1_pairs():
@@ -270,7 +328,6 @@ def test_registry_on_asqa_example():
     assert METRICS["d-f1"](ASQA_EX, pred, reader) == pytest.approx(5 / 9)
     rouge = METRICS["rouge-l"](ASQA_EX, pred)
     assert rouge == pytest.approx(m.rouge_lsum(LONG, ASQA_EX.long_answers))
-    assert METRICS["dr"](ASQA_EX, pred, reader) == pytest.approx(math.sqrt(5 / 9 * rouge))
     # 2 of the 3 answers are in the top 5 passages; n = 3 <= 5 needs all -> 0
     assert METRICS["mrecall@5"](ASQA_EX, pred) == 0.0
     assert METRICS["recall@5"](ASQA_EX, pred) == 1.0

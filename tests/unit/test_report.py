@@ -101,7 +101,8 @@ def test_report_cli_renders_a_lead_style_run_and_refuses_non_runs(tmp_path, caps
     assert main(["report", str(run)]) == 0
     md = (run / "report.md").read_text()
     assert "- D-F1 reader: `lm-reader:embedded/qwen2.5-coder-0.5b`" in md
-    assert "| rouge-l | 0.180 | [0.180, 0.180] | 1 |" in md
+    # a2 failed: 0 in the headline (0.18 / 2); the excluding-failures value beside it
+    assert "| rouge-l | 0.090 | [–] | 2 | 1 | 0.180 | 1 |" in md  # no interval under n = 3
     assert "| a2 | RuntimeError: x |" in md
     assert "| scoring LM calls (reader/judge, not the program's) | 8.0 | |" in md
     capsys.readouterr()
@@ -110,6 +111,40 @@ def test_report_cli_renders_a_lead_style_run_and_refuses_non_runs(tmp_path, caps
     assert main(["report", str(empty)]) == EXIT_USER_ERROR
     assert "not a run directory" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == EXIT_USER_ERROR
+
+
+def test_report_prints_asqa_dr_from_results_with_failed_rows_as_zero(tmp_path, capsys):
+    """Done-when of issue 11: DR from results.jsonl by the ASQA definition, failures = 0."""
+    def row(i, d, r):
+        # "dr" holds a stale per-question value as older versions wrote; it must be ignored
+        return {"id": i, "question": i, "error": None, "prediction": {"answer": "x"},
+                "metrics": {"d-f1": d, "rouge-l": r, "dr": 0.99}, "cost": {"lm_calls": 1}}
+
+    rows = [row("a", 0.5, 0.4), row("b", 1.0, 0.2), row("c", 0.0, 0.3),
+            {"id": "d", "question": "d", "error": "Timeout: no result after 5 s",
+             "prediction": None, "metrics": {}, "cost": {"lm_calls": 2}}]
+    run = tmp_path / "run"
+    _write_run(run, rows, {"program": "vanilla_rag", "data": "asqa:dev:4",
+                           "metrics": ["d-f1", "rouge-l", "dr"], "reader": "fake",
+                           "lm": "scripted"})
+    capsys.readouterr()
+    assert main(["report", str(run), "--no-plots"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # mean D-F1 = (0.5 + 1 + 0 + 0) / 4 = 0.375; mean ROUGE-L = (0.4 + 0.2 + 0.3 + 0) / 4
+    # = 0.225; DR = sqrt(0.375 * 0.225) = 0.2905. Without the failed row: D-F1 0.5,
+    # ROUGE-L 0.3, DR sqrt(0.15) = 0.3873. (The mean of per-question roots would be 0.298.)
+    assert "dr 0.2905" in out and "n=4 failed=1" in out
+    assert "excluding failures: 0.3873 on 3" in out
+    assert "d-f1 0.3750" in out and "rouge-l 0.2250" in out
+    summary = json.loads((run / "summary.json").read_text())
+    dr = summary["metrics"]["dr"]
+    assert dr["mean"] == pytest.approx(0.290474, abs=1e-6)
+    assert dr["mean_excl_failed"] == pytest.approx(0.387298, abs=1e-6)
+    assert (dr["n"], dr["failed"], dr["n_scored"]) == (4, 1, 3)
+    lo, hi = dr["ci95"]
+    assert lo < dr["mean"] < hi
+    md = (run / "report.md").read_text()
+    assert "| dr | 0.290 |" in md and "| 4 | 1 | 0.387 | 3 |" in md
 
 
 def test_report_renders_a_copy_of_a_real_run_if_present(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
-import time
+import threading
 
 import dspy
 import pytest
@@ -92,20 +92,71 @@ def test_too_many_failures_stop_the_run_keeping_finished_rows(tmp_path):
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
 
 
-def test_parallel_equals_sequential(tmp_path):
-    one = evaluate(EchoProgram(), _examples(6), {"em": _em}, threads=1, progress=False)
-    many = evaluate(EchoProgram(), _examples(6), {"em": _em}, threads=4, progress=False)
-    assert one["metrics"] == many["metrics"] and one["n"] == many["n"]
+class OrderedProgram(EchoProgram):
+    """Right on even questions, wrong on odd ones, fails on 'boom'. With ``hold``, question 0
+    waits until question 3 has finished, so a parallel run finishes out of input order."""
+
+    def __init__(self, hold=False):
+        super().__init__()
+        self.hold = hold
+        self.q3_done = threading.Event()
+        self.waited = None
+        self.finished = []
+
+    def __call__(self, question):
+        if self.hold and question.endswith("question 0"):
+            self.waited = self.q3_done.wait(timeout=30)
+        try:
+            pred = super().__call__(question)
+        finally:
+            self.finished.append(question.rsplit(" ", 1)[1])
+            if question.endswith("question 3"):
+                self.q3_done.set()
+        i = int(question.rsplit(" ", 1)[1])
+        return pred if i % 2 == 0 else dspy.Prediction(answer="wrong", passages=[])
+
+
+def test_parallel_run_scores_each_example_as_the_sequential_run(tmp_path):
+    spec = RunSpec(program="ordered", data="toy:dev:6", metrics=["em"])
+    exs = _examples(6, bad={4})
+    one = evaluate(OrderedProgram(), exs, {"em": _em}, out_dir=tmp_path / "one", spec=spec,
+                   threads=1, progress=False, report=False)
+    prog = OrderedProgram(hold=True)
+    many = evaluate(prog, exs, {"em": _em}, out_dir=tmp_path / "many", spec=spec, threads=4,
+                    progress=False, report=False)
+    assert prog.waited is True  # question 0 really ran while question 3 did
+    assert prog.finished.index("3") < prog.finished.index("0")  # out of input order
+    rows = {}
+    for name in ("one", "many"):
+        rows[name] = {r["id"]: (r["metrics"].get("em"), bool(r["error"]))
+                      for r in ResultsFile(tmp_path / name / "results.jsonl").read()}
+    assert rows["one"] == rows["many"] == {
+        "q0": (1.0, False), "q1": (0.0, False), "q2": (1.0, False), "q3": (0.0, False),
+        "q4": (None, True), "q5": (0.0, False)}
+    # q0, q2 right; q4 failed and counts 0: 2 / 6; excluding the failure: 2 / 5
+    for s in (one, many):
+        em = s["metrics"]["em"]
+        assert em["mean"] == pytest.approx(2 / 6) and em["failed"] == 1 and em["n"] == 6
+        assert em["mean_excl_failed"] == pytest.approx(2 / 5) and em["n_scored"] == 5
+    assert one["metrics"] == many["metrics"]
 
 
 # ---------------------------------------------------------------- deadlines, retries, disk full
 
 class SlowProgram(EchoProgram):
-    """Hangs (sleeps) on questions containing 'slow'."""
+    """Blocks on questions containing 'slow' until the test releases it."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
 
     def __call__(self, question):
         if "slow" in question:
-            time.sleep(3.0)
+            self.entered.set()
+            self.release.wait(timeout=60)
+            self.finished.set()
         return super().__call__(question)
 
 
@@ -114,14 +165,21 @@ def test_a_hung_example_is_recorded_as_a_timeout_not_a_hang(tmp_path):
     exs[1] = dspy.Example(id="q1", question="slow question 1",
                           answers=["slow question 1"]).with_inputs("question")
     spec = RunSpec(program="echo", data="toy:dev:4", metrics=["em"])
-    t0 = time.perf_counter()
-    summary = evaluate(SlowProgram(), exs, {"em": _em}, out_dir=tmp_path, spec=spec,
-                       progress=False, timeout_s=0.3, report=False)
-    assert time.perf_counter() - t0 < 2.5  # did not wait for the 3 s sleep
+    prog = SlowProgram()
+    try:
+        summary = evaluate(prog, exs, {"em": _em}, out_dir=tmp_path, spec=spec,
+                           progress=False, timeout_s=0.3, report=False)
+        # the run finished while the slow call was still blocked: it did not wait for it
+        assert prog.entered.is_set() and not prog.finished.is_set()
+    finally:
+        prog.release.set()
     rows = {r["id"]: r for r in ResultsFile(tmp_path / "results.jsonl").read()}
     assert rows["q1"]["error"].startswith("Timeout: no result after 0.3 s")
     assert summary["n"] == 4 and summary["n_errors"] == 1
-    assert summary["metrics"]["em"] == {"mean": 1.0, "ci95": [1.0, 1.0], "n": 3}
+    em = summary["metrics"]["em"]
+    # the timed-out question scores 0 in the headline: 3 / 4; 1.0 over the other three
+    assert (em["mean"], em["n"], em["failed"]) == (0.75, 4, 1)
+    assert (em["mean_excl_failed"], em["n_scored"]) == (1.0, 3)
 
 
 def test_call_with_timeout_passes_results_errors_and_context():
@@ -250,17 +308,68 @@ def test_runspec_reads_and_writes_the_old_format_unchanged():
 
 
 def test_an_old_run_extends_with_additive_run_json(tmp_path):
-    (tmp_path / "run.json").write_text(json.dumps({**OLD_RUN_JSON, "program": "echo",
-                                                   "data": "toy:dev:2"}))
-    spec = RunSpec(program="echo", data="toy:dev:3", metrics=["em"], index="bm25:x")
+    old = {**OLD_RUN_JSON, "program": "echo", "data": "toy:dev:2", "metrics": ["em"]}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    spec = RunSpec(program="echo", data="toy:dev:3", metrics=["em"], reader=old["reader"],
+                   lm=old["lm"])
     evaluate(EchoProgram(), _examples(3), {"em": _em}, out_dir=tmp_path, spec=spec,
              resume=True, progress=False)
     meta = json.loads((tmp_path / "run.json").read_text())
-    assert meta["data"] == "toy:dev:3" and meta["index"] == "bm25:x"
+    assert meta == {**old, "data": "toy:dev:3"}
     summary = json.loads((tmp_path / "summary.json").read_text())
     for key in ("run", "n", "n_errors", "metrics", "cost"):  # the keys older readers use
         assert key in summary
     assert (tmp_path / "report.md").is_file() and (tmp_path / "plots" / "metrics.png").is_file()
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"lm": "embedded:qwen2.5-coder-1.5b"},
+     "LM: stored 'embedded:qwen2.5-coder-0.5b', now 'embedded:qwen2.5-coder-1.5b'"),
+    ({"reader": "extractive:ckpt"}, "reader: stored 'lm-reader:embedded/qwen2.5-coder-0.5b'"),
+    ({"index": "bm25:wiki-bm25"}, "index: stored none, now 'bm25:wiki-bm25'"),
+    ({"program_config": {"k": 3}}, 'program config: stored none, now {"k": 3}'),
+    ({"artifact_sha256": "ab12"}, "artifact hash: stored none, now 'ab12'"),
+    ({"metrics": ["em", "f1"]}, "metric set: stored em, now em,f1"),
+    ({"judge": "lm-judge:x"}, "judge: stored none, now 'lm-judge:x'"),
+])
+def test_resume_refuses_other_settings_naming_each_difference(tmp_path, change, named):
+    old = {**OLD_RUN_JSON, "program": "echo", "data": "toy:dev:2", "metrics": ["em"]}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    (tmp_path / "results.jsonl").write_text("")
+    base = {"program": "echo", "data": "toy:dev:2", "metrics": ["em"],
+            "reader": old["reader"], "lm": old["lm"]}
+    spec = RunSpec(**{**base, **change})
+    prog = EchoProgram()
+    with pytest.raises(ConfigError, match="cannot resume") as err:
+        evaluate(prog, _examples(2), {"em": _em}, out_dir=tmp_path, spec=spec, resume=True,
+                 progress=False)
+    assert named in str(err.value) and prog.calls == []
+    assert json.loads((tmp_path / "run.json").read_text()) == old  # untouched
+
+
+def test_resume_checks_the_index_fingerprint_once_recorded(tmp_path):
+    old = {**OLD_RUN_JSON, "program": "echo", "data": "toy:dev:2", "metrics": ["em"]}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    same = {"program": "echo", "data": "toy:dev:2", "metrics": ["em"],
+            "reader": old["reader"], "lm": old["lm"]}
+    # an older run never recorded a fingerprint: accepted, and recorded from now on
+    evaluate(EchoProgram(), _examples(2), {"em": _em}, out_dir=tmp_path,
+             spec=RunSpec(**same, index_fingerprint="fp-1"), resume=True, progress=False,
+             report=False)
+    assert json.loads((tmp_path / "run.json").read_text())["index_fingerprint"] == "fp-1"
+    with pytest.raises(ConfigError, match="index fingerprint: stored 'fp-1', now 'fp-2'"):
+        runner_mod.check_run_dir(tmp_path, RunSpec(**same, index_fingerprint="fp-2"), True)
+
+
+def test_resume_error_lists_every_difference(tmp_path):
+    old = {**OLD_RUN_JSON, "program": "echo", "data": "toy:dev:2", "metrics": ["em"]}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    spec = RunSpec(program="echo", data="toy:dev:2", metrics=["f1"], lm="other", index="i")
+    with pytest.raises(ConfigError) as err:
+        runner_mod.check_run_dir(tmp_path, spec, resume=True, skip=frozenset({"reader"}))
+    text = str(err.value)
+    assert "LM: stored" in text and "index: stored" in text and "metric set" in text
+    assert "reader" not in text.split("differ")[1].split("fix:")[0]  # skipped: not known yet
 
 
 def test_a_resume_asking_for_fewer_examples_keeps_the_larger_spec(tmp_path):
