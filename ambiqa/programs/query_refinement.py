@@ -35,6 +35,8 @@ class QueryRefinementClosedBook(AmbiqaProgram):
     """
 
     name = "query_refinement"
+    # minimal dependent LM rounds per question: refine -> long answer
+    min_lm_rounds = 2
     needs_retriever = False
 
     def __init__(self, retriever=None, max_interpretations: int = 8) -> None:
