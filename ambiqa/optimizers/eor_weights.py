@@ -14,8 +14,12 @@ records (``member_answers``, ``similarities``), so the weights can be searched o
    ``tune_threshold``) and the pooling function (mean, max, majority, plurality). The paper
    used Nelder-Mead and fixed mean pooling; TPE handles the categorical pooling and the
    threshold's discontinuity directly. The objective is the mean correctness of the winning
-   answer on the cached questions (``em``, ``f1`` or ``contains`` against the gold answers;
-   the paper used BEM, which needs a model not available here).
+   answer on the cached questions: token F1 against the gold answers by default (``em`` or
+   ``contains`` as options; the paper used BEM, which needs a model not available here).
+   Training data only: a cache made from a dev/test split (its data spec, from ``run.json``
+   or the cache file) or sharing question ids with the dev cache is refused unless
+   ``allow_eval_splits``; a persistent study records the cache fingerprint, data spec and
+   search space and refuses to resume on another.
 3. Each trial is one vectorized vote over all cached questions (numpy; :func:`vote_batch`,
    equal to :func:`~ambiqa.programs.eor.vote` question by question, which a test checks), so
    thousands of trials take seconds -- mostly the sampler's own time.
