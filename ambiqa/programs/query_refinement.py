@@ -35,7 +35,7 @@ class QueryRefinementClosedBook(AmbiqaProgram):
     """
 
     name = "query_refinement"
-    # minimal dependent LM rounds per question: refine -> long answer
+    # minimal dependent LM rounds: type (None: no rewrite) -> long answer; 3 with a rewrite
     min_lm_rounds = 2
     needs_retriever = False
 
