@@ -102,6 +102,8 @@ def render(rows: dict[str, dict[str, int]], failures: list[str], seconds: float 
     total = dict.fromkeys(keys, 0)
 
     def lost(r: dict[str, int]) -> str:
+        if not r["integrity"] and not r["unknown"]:
+            return "–"  # no test of this class compares data with a reference run
         return f"{r['lost']}" + (f" + {r['unknown']} ?" if r["unknown"] else "")
 
     for cls in [*ORDER, *sorted(set(rows) - set(ORDER))]:
@@ -152,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         junit = Path(tempfile.mkdtemp(prefix="ambiqa-faults-")) / "junit.xml"
         seconds = run_suite(junit, args.pytest_args)
     rows, failures = tabulate(junit)
+    if seconds is None:  # tabulating a stored report: pytest's own total time
+        suite = ET.parse(junit).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        seconds = float(suite.get("time", 0)) if suite is not None else None
     text = render(rows, failures, seconds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

@@ -345,6 +345,8 @@ def markdown(summary: list[dict[str, Any]], header: dict[str, Any]) -> str:
     lines = [
         f"# Per-question cost of ambiqa programs ({header['lm']})",
         "",
+        *([f"Produced by `{header['command']}` (rows: the JSONL beside this file).", ""]
+          if header.get("command") else []),
         f"- LM: `{header['lm']}`" + (f", fixed delay {header['delay']} s per call, "
                                      f"{header['true_rate']:.0%} of bool fields True"
                                      if fake else ", uncached"),
@@ -503,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     order = [p for p in ALL_PROGRAMS if p in programs or any(k[0] == p for k in latest)]
     header = {"lm": args.lm, "delay": args.delay, "true_rate": args.true_rate,
               "retriever": retriever_desc, "parallel": parallel, "n": args.n,
-              "overrides": overrides}
+              "overrides": overrides,
+              "command": " ".join(["python benchmarks/methods_cost.py",
+                                   *(sys.argv[1:] if argv is None else argv)])}
     table = markdown(summarize(list(latest.values()), order), header)
     atomic_write_text(md_path, table)
     print(table)
