@@ -3,12 +3,15 @@
     python benchmarks/faults.py                      # run the suite, write the table
     python benchmarks/faults.py --junit report.xml   # only tabulate an existing JUnit report
 
-Each test in tests/faults carries ``pytest.mark.fault(CLASS)``; kill/resume and concurrency
-tests record how many seeds or runs they tried (``cases``) and the rows they found lost
-(``data_lost``) as JUnit properties. The table counts, per fault class: cases tried (one per
-test case, or the recorded count), cases that survived as specified (passed), and data lost
-(recorded losses; a failed data-integrity test counts as at least one, conservatively).
-Output: ``benchmarks/results/faults.md``.
+Each test in tests/faults carries ``pytest.mark.fault(CLASS)`` and may record JUnit
+properties: ``runs`` (kill/resume seeds a test went through), ``data_lost`` (rows, artifacts,
+index states or trials that differ from an uninterrupted reference run -- missing, doubled or
+different -- *computed* by the test before it asserts there are none) and
+``generated_inputs`` (inputs hypothesis generated for a property test, counted as the test
+body runs). The table counts, per fault class: tests (one per test case, parametrized cases
+included; seeds are not counted as tests), tests passed, kill/resume runs, generated inputs,
+and data lost (the sum of the computed counts; a failed integrity test that recorded none
+shows "?", never a guess). Output: ``benchmarks/results/faults.md``.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ NOT_HANDLED = [
      "DSPy's BootstrapFewShot keeps its state in memory; a kill loses the compile's work "
      "(never a half-written artifact: the artifact is written atomically at the end). "
      "`ambiqa tune` is the resumable way to optimize."),
-    ("Results equal after a killed `ambiqa tune`: invariants only",
+    ("Results equal after a killed `ambiqa tune`: finished trials only",
      "trials killed mid-way stay RUNNING/FAIL and the sampler's later choices can differ, so "
-     "the test checks the study's integrity, the trial count and the artifact, not "
-     "trial-by-trial equality with an uninterrupted run."),
+     "the test compares the trials finished before the kill (all must survive unchanged), "
+     "the study's integrity, the trial count and the artifact -- not the parameters of "
+     "trials run after the resume with an uninterrupted run's."),
     ("A kill inside the index swap's two renames",
      "between moving the old index aside and renaming the new one in (microseconds), the "
      "name is briefly absent; the old copy survives as NAME.old-PID-* but the next build "
@@ -62,47 +66,70 @@ def run_suite(junit: Path, extra: list[str]) -> float:
 
 
 def tabulate(junit: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
-    rows: dict[str, dict[str, int]] = defaultdict(lambda: {"tried": 0, "survived": 0,
-                                                           "lost": 0, "skipped": 0})
+    rows: dict[str, dict[str, int]] = defaultdict(lambda: {
+        "tests": 0, "passed": 0, "skipped": 0, "runs": 0, "generated": 0, "lost": 0,
+        "unknown": 0, "integrity": 0})
     failures: list[str] = []
     for case in ET.parse(junit).getroot().iter("testcase"):
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        props: dict[str, str] = {}
+        for p in case.iter("property"):  # a property recorded repeatedly: the last value
+            props[p.get("name")] = p.get("value")
         cls = props.get("fault_class", "unclassified")
         row = rows[cls]
         if case.find("skipped") is not None:
             row["skipped"] += 1
             continue
-        n = int(props.get("cases", 1))
         failed = case.find("failure") is not None or case.find("error") is not None
-        row["tried"] += n
+        row["tests"] += 1
+        row["runs"] += int(props.get("runs", 0))
+        row["generated"] += int(props.get("generated_inputs", 0))
+        if "data_lost" in props:
+            row["integrity"] += 1
+            row["lost"] += int(props["data_lost"])
+        elif failed and cls in INTEGRITY:
+            row["unknown"] += 1
         if failed:
             failures.append(f"{case.get('classname')}::{case.get('name')}")
-            if cls in INTEGRITY:
-                row["lost"] += max(1, int(props.get("data_lost", 0)))
         else:
-            row["survived"] += n
-            row["lost"] += int(props.get("data_lost", 0))
+            row["passed"] += 1
     return rows, failures
 
 
 def render(rows: dict[str, dict[str, int]], failures: list[str], seconds: float | None) -> str:
-    lines = ["| fault class | cases tried | survived as specified | data lost |",
-             "|---|---:|---:|---:|"]
-    total = {"tried": 0, "survived": 0, "lost": 0, "skipped": 0}
+    lines = ["| fault class | tests | passed | kill/resume runs | generated inputs | "
+             "integrity tests | data lost |", "|---|---:|---:|---:|---:|---:|---:|"]
+    keys = ("tests", "passed", "skipped", "runs", "generated", "lost", "unknown", "integrity")
+    total = dict.fromkeys(keys, 0)
+
+    def lost(r: dict[str, int]) -> str:
+        if not r["integrity"] and not r["unknown"]:
+            return "–"  # no test of this class compares data with a reference run
+        return f"{r['lost']}" + (f" + {r['unknown']} ?" if r["unknown"] else "")
+
     for cls in [*ORDER, *sorted(set(rows) - set(ORDER))]:
         if cls not in rows:
             continue
         r = rows[cls]
         skipped = f" ({r['skipped']} skipped)" if r["skipped"] else ""
-        lines.append(f"| {cls} | {r['tried']}{skipped} | {r['survived']} | {r['lost']} |")
-        for k in total:
+        lines.append(f"| {cls} | {r['tests']}{skipped} | {r['passed']} | {r['runs'] or '–'} | "
+                     f"{r['generated'] or '–'} | {r['integrity'] or '–'} | {lost(r)} |")
+        for k in keys:
             total[k] += r[k]
-    lines.append(f"| **all** | **{total['tried']}** | **{total['survived']}** | "
-                 f"**{total['lost']}** |")
+    lines.append(f"| **all** | **{total['tests']}** | **{total['passed']}** | "
+                 f"**{total['runs']}** | **{total['generated']}** | **{total['integrity']}** | "
+                 f"**{lost(total)}** |")
     out = ["# Fault suite", "",
-           "`python benchmarks/faults.py` (runs `pytest tests/faults`). A case is one test "
-           "case, or one seed/run of a kill-resume or concurrency test; property-based tests "
-           "(hypothesis) count once each but try up to 25 generated inputs.", "", *lines, ""]
+           "`python benchmarks/faults.py` (runs `pytest tests/faults`). *tests* counts test "
+           "cases (each parametrized case once; a kill/resume test's seeds are its *runs*, "
+           "not extra tests). *generated inputs* is how many inputs the hypothesis property "
+           "tests actually generated and ran (counted in the test bodies). *data lost* is "
+           "computed: each integrity test (kill/resume, concurrency, torn-line repair) "
+           "compares what the interrupted-and-resumed (or 8-thread, or two-process) run holds "
+           "with an uninterrupted reference and counts missing, doubled and different rows, "
+           "artifacts, index states or trials. Every kill is triggered by a mid-work event "
+           "(rows partly written, compile-loop LM calls partly served, the index build "
+           "directory present, trials partly complete) and the test asserts the process was "
+           "still running when killed.", "", *lines, ""]
     if seconds is not None:
         out += [f"Suite wall time: {seconds:.0f} s.", ""]
     if failures:
@@ -127,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         junit = Path(tempfile.mkdtemp(prefix="ambiqa-faults-")) / "junit.xml"
         seconds = run_suite(junit, args.pytest_args)
     rows, failures = tabulate(junit)
+    if seconds is None:  # tabulating a stored report: pytest's own total time
+        suite = ET.parse(junit).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        seconds = float(suite.get("time", 0)) if suite is not None else None
     text = render(rows, failures, seconds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

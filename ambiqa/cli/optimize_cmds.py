@@ -28,20 +28,22 @@ from ambiqa.errors import ConfigError
 from ambiqa.optimizers.recipes import TELEPROMPTERS, TUNE_TELEPROMPTERS
 
 
-def _require_training(spec: str) -> None:
-    from ambiqa.data import is_training_split, parse_spec
+def _require_training(spec: str, allow_eval_splits: bool = False) -> None:
+    """Fail fast (before any model loads) on a spec that is not a training split; the API
+    (:func:`ambiqa.optimizers.splits.check_training_data`) checks again on the examples."""
+    from ambiqa.data import parse_spec
+    from ambiqa.optimizers.splits import check_training_data
 
     parse_spec(spec)  # a bad spec fails here, before any model is loaded
-    if not is_training_split(spec):
-        raise ConfigError(f"{spec!r} is not a training split; compiling on it would leak "
-                          "evaluation data", hint="use e.g. asqa:train, webq:train or demo:train")
+    check_training_data(spec=spec, allow_eval_splits=allow_eval_splits)
 
 
 def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, metric: str,
              optimizer: str, k: int, seed: int, retriever: Any, lm: Any, reader: Any,
              out: Path, config: dict[str, Any], threshold: float | None,
              console: Any, *, options: dict[str, Any] | None = None,
-             max_lm_calls: int | None = None) -> tuple[Any, dict[str, Any]]:
+             max_lm_calls: int | None = None,
+             allow_eval_splits: bool = False) -> tuple[Any, dict[str, Any]]:
     """Compile, score on dev, save: shared by ``compile`` and ``demo``.
 
     ``options``: extra teleprompter settings (num_candidates, mipro_trials, knn_pool).
@@ -60,21 +62,23 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
     from ambiqa.programs.registry import build_program
     from ambiqa.retrieval.factory import describe
 
-    _require_training(train_spec)
+    _require_training(train_spec, allow_eval_splits)
     program = build_program(program_name, retriever=retriever, **config)
     trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
                                train_spec)
+    devset = load_dataset(dev_spec) if dev_spec else None
     console.print(f"compiling [bold]{program_name}[/bold] with {optimizer} on {train_spec} "
                   f"({len(trainset)} usable examples), metric {metric}")
     compiled, report = compile_program(program, trainset, optimizer=optimizer,
                                        metric=dspy_metric(metric, reader=reader), k=k,
                                        seed=seed, threshold=threshold,
-                                       budget=Budget(max_lm_calls), **(options or {}))
+                                       budget=Budget(max_lm_calls), train_spec=train_spec,
+                                       devset=devset, dev_spec=dev_spec,
+                                       allow_eval_splits=allow_eval_splits, **(options or {}))
     scores: dict[str, Any] = {"train": report.val_score}
     if report.val_score is not None:
         scores["train_note"] = "held-out part of the training split"
-    if dev_spec:
-        devset = load_dataset(dev_spec)
+    if devset is not None:
         console.print(f"scoring on {dev_spec} ({len(devset)} examples)")
         summary = evaluate(compiled, devset, metric_fns([metric], reader), progress=False)
         scores["dev"] = summary["metrics"][metric]["mean"]
@@ -100,6 +104,7 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
         "demos_per_predictor": report.demos_per_predictor,
         "compile_cost": report.cost,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "data_guard": report.data_guard,
     }
     save_artifact(out, compiled, manifest)
     budget_note = " (stopped at the LM-call budget)" if report.stopped_by_budget else ""
@@ -145,7 +150,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     recipe = get_recipe(args.program)
     train = args.train or recipe.train
     metric = args.metric or recipe.metric
-    _require_training(train)
+    _require_training(train, args.allow_eval_splits)
     if args.dev:
         from ambiqa.data import parse_spec
 
@@ -166,7 +171,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     compile_and_save(args.program, train, args.dev, metric, args.optimizer, args.k,
                      args.seed, retriever, lm, reader_from_args(args), out,
                      config, args.threshold, make_console(), options=options,
-                     max_lm_calls=args.max_lm_calls)
+                     max_lm_calls=args.max_lm_calls, allow_eval_splits=args.allow_eval_splits)
     return 0
 
 
@@ -181,7 +186,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     recipe = get_recipe(args.program)
     train = args.train or recipe.train
     metric = args.metric or recipe.metric
-    _require_training(train)
+    _require_training(train, args.allow_eval_splits)
     teleprompters = tuple(t.strip() for t in args.teleprompters.split(",") if t.strip())
     cfg = TuneConfig(program=args.program, study=args.study, storage=args.storage,
                      trials=args.trials, train=train, metric=metric, seed=args.seed,
@@ -189,7 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                      n_sets=args.n_sets, pool_size=args.pool_size, n_val=args.n_val,
                      cost_penalty=args.cost_penalty, cost_unit=args.cost_unit,
                      max_lm_calls=args.max_lm_calls, program_config=program_config(args),
-                     tune_knobs=not args.no_knobs)
+                     tune_knobs=not args.no_knobs, allow_eval_splits=args.allow_eval_splits)
     cfg.check(recipe)
     retriever = retriever_from_args(args, needed=cls.needs_retriever)
     lm_from_args(args)
@@ -226,15 +231,27 @@ def cmd_tune_eor(args: argparse.Namespace) -> int:
     train = ew.load_cache(args.cache, data_spec=args.data, gold_metric=args.gold)
     if not train.questions:
         raise ConfigError(f"{args.cache} holds no question with member answers")
+    dev = (ew.load_cache(args.dev_cache, data_spec=args.dev_data, gold_metric=args.gold)
+           if args.dev_cache else None)
+    skipped = {k: v for k, v in train.stats.items() if v}
+    if skipped:
+        console.print(f"read {len(train.questions)} questions from {args.cache}; skipped: "
+                      + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()))
     result = ew.tune_weights(train, trials=args.trials, seed=args.seed,
                              tune_threshold=args.tune_threshold, study=args.study,
-                             storage=args.storage)
+                             storage=args.storage, allow_eval_splits=args.allow_eval_splits,
+                             dev_ids=dev.ids() if dev is not None else None)
     rows = {"default": ew.DEFAULT_WEIGHTS, "tuned": result.weights}
-    report: dict[str, Any] = {"train": {"n": len(train.questions), "default": ew.accuracy(
-        train, ew.DEFAULT_WEIGHTS), "tuned": result.value}, "weights": result.weights,
-        "trials": result.trials, "trials_per_s": result.trials_per_s}
-    if args.dev_cache:
-        dev = ew.load_cache(args.dev_cache, data_spec=args.dev_data, gold_metric=args.gold)
+    report: dict[str, Any] = {
+        "objective": args.gold, "data": train.data_spec, "cache_fingerprint":
+        train.fingerprint(), "cache_stats": train.stats,
+        "train": {"n": len(train.questions),
+                  "default": ew.accuracy(train, ew.DEFAULT_WEIGHTS), "tuned": result.value},
+        "weights": result.weights, "trials": result.trials, "ran_trials": result.ran,
+        "best_trial": result.best_trial, "trials_per_s": result.trials_per_s,
+        "data_guard": result.data_guard}
+    if dev is not None:
+        report["dev_data"] = dev.data_spec
         report["dev"] = {"n": len(dev.questions), "default": ew.accuracy(dev, ew.DEFAULT_WEIGHTS),
                          "tuned": ew.accuracy(dev, result.weights)}
     console.print(ew.weights_table(rows, train.members))
@@ -247,7 +264,8 @@ def cmd_tune_eor(args: argparse.Namespace) -> int:
         ew.plot_weights(rows, train.members, Path(args.plot))
         console.print(f"wrote {args.plot}")
     if args.artifact:
-        path = ew.save_weights_artifact(args.artifact, result.weights, train, report)
+        path = ew.save_weights_artifact(args.artifact, result.weights, train, report,
+                                        data_guard=result.data_guard)
         console.print(f"wrote {path} (load with ambiqa.load)")
     print(json.dumps({k: v for k, v in report.items() if k != "weights"}))
     return 0
@@ -271,8 +289,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
-    """Run the program on a few questions, replay each predictor's inputs through the
-    exported prompt straight to the LM, and compare parsed outputs."""
+    """Run the program on a few questions; for each predictor call check that the messages
+    DSPy sent equal the exported prompt filled in (exact text), then send the filled export
+    straight to the LM and compare parsed outputs."""
     from ambiqa.data import load_dataset
     from ambiqa.optimizers.artifact import load_artifact
     from ambiqa.optimizers.export import capture_inputs, verify_export
@@ -294,9 +313,12 @@ def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
                             else "json")
     n_ok = sum(r["match"] for r in results)
     for r in results:
-        mark = "same" if r["match"] else "DIFFERENT"
-        print(f"{r['predictor']}: {mark}")
-        if not r["match"]:
+        prompt = "same prompt" if r["prompt_match"] else "DIFFERENT PROMPT"
+        output = "same output" if r["output_match"] else "DIFFERENT OUTPUT"
+        print(f"{r['predictor']}: {prompt}, {output}")
+        if not r["prompt_match"]:
+            print(f"  first difference: {r['prompt_difference']}")
+        if not r["output_match"]:
             print(f"  exported prompt → {json.dumps(r['exported'], default=str)[:300]}")
             print(f"  DSPy module     → {json.dumps(r['dspy'], default=str)[:300]}")
     print(f"verified {n_ok}/{len(results)} predictor calls on {len(questions)} questions")
@@ -327,6 +349,13 @@ def load_for_export(path: str, with_manifest: bool = False) -> Any:
     program = build_program(m["program"], retriever=None, **(m.get("program_config") or {}))
     load_program_state(program, doc["state"], path)
     install_optimizer_hooks(program, m)
+    from ambiqa.optimizers.splits import guard_warning
+
+    loud = guard_warning(m)
+    if loud:
+        import sys
+
+        print(f"warning: {path}: {loud}", file=sys.stderr)
     return (program, m) if with_manifest else program
 
 
@@ -391,9 +420,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="data spec with the gold answers (when the cache has none)")
     p.add_argument("--dev-cache", default=None)
     p.add_argument("--dev-data", default=None)
-    p.add_argument("--gold", default="em", choices=["em", "f1", "contains"],
-                   help="how a member's answer is scored against the gold answers")
-    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--gold", default="f1", choices=["em", "f1", "contains"],
+                   help="objective: how the voted answer is scored against the gold answers "
+                        "(token F1 by default)")
+    p.add_argument("--trials", type=int, default=2000,
+                   help="finished trials wanted in the study in total (a rerun tops up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tune-threshold", action="store_true",
                    help="tune t too (default: the paper's t = 0.1)")
@@ -402,6 +433,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="JSON report")
     p.add_argument("--plot", default=None, help="heatmap PNG of the weights")
     p.add_argument("--artifact", default=None, help="EoR artifact with the tuned weights")
+    _add_research_flag(p)
     p.set_defaults(fn=cmd_tune_eor)
 
     p = sub.add_parser("export", help="render a compiled program's prompts")
@@ -418,7 +450,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_export)
 
 
+def _add_research_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-eval-splits", action="store_true",
+                   help="research only: allow dev/test data (or ids shared with dev) as training "
+                        "data; the artifact records it and loading it warns")
+
+
 def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    _add_research_flag(p)
     p.add_argument("--max-lm-calls", type=int, default=None,
                    help="stop cleanly once this many LM calls are spent, keeping the best")
     p.add_argument("--dry-run", action="store_true",

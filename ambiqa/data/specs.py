@@ -72,6 +72,10 @@ DEMO_SPLITS = {"train": True, "dev": False}
 ALIASES = {"2wiki": "2wikimultihopqa", "hotpot": "hotpotqa", "webquestions": "webq",
            "nq-open": "nq", "nq_open": "nq"}
 
+#: private attribute load_dataset sets on each example: the spec it came from (DSPy keeps
+#: underscore attributes out of an example's fields, so it never reaches a demo or prompt)
+SOURCE_ATTR = "_ambiqa_source"
+
 # Words in a file name that mark evaluation data (for FORMAT:PATH specs).
 _EVAL_WORDS = {"dev", "test", "val", "valid", "validation", "eval", "oracle", "heldout"}
 _PATH_END = re.compile(r"\.(json|jsonl|ndjson)(\.gz)?$", re.IGNORECASE)
@@ -207,4 +211,7 @@ def load_dataset(spec: str | DatasetSpec, data_root: str | Path | None = None
     """Load the examples a spec names (see the module docstring for the grammar)."""
     parsed = spec if isinstance(spec, DatasetSpec) else parse_spec(spec)
     path, part = resolve_path(parsed, Path(data_root) if data_root is not None else None)
-    return FORMATS[parsed.format](path, limit=parsed.limit, section=part)
+    examples = FORMATS[parsed.format](path, limit=parsed.limit, section=part)
+    for ex in examples:  # provenance for the optimizers' training-split guard
+        object.__setattr__(ex, SOURCE_ATTR, str(parsed))
+    return examples

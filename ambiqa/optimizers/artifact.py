@@ -50,7 +50,10 @@ READABLE_VERSIONS = (1, 2)
 REQUIRED_MANIFEST_KEYS = ("program", "program_config", "ambiqa_version", "lm", "retriever",
                           "metric", "optimizer", "created")
 OPTIONAL_MANIFEST_KEYS = ("dspy_version", "reader", "train", "dev", "scores", "optuna",
-                          "demos_per_predictor", "compile_cost")
+                          "demos_per_predictor", "compile_cost", "data_guard")
+#: what dspy 3.4's ``Predict.dump_state`` writes per predictor; ``lm`` is accepted only as null
+PREDICTOR_STATE_KEYS = frozenset({"demos", "traces", "train", "signature", "fields", "lm"})
+SIGNATURE_STATE_KEYS = frozenset({"instructions", "fields"})
 TOP_LEVEL_KEYS = {"format", "schema_version", "manifest", "state"}
 
 
@@ -70,6 +73,11 @@ def save_artifact(path: str | os.PathLike[str], program: Any, manifest: dict[str
     if missing:
         raise ArtifactError(f"manifest is missing {', '.join(missing)}")
     state = program.dump_state()
+    for name, entry in state.items():
+        if isinstance(entry, dict) and entry.get("lm") is not None:
+            log.warning("predictor %s has its own LM set; artifacts carry prompts, not "
+                        "endpoints, so it is not saved", name)
+            entry["lm"] = None
     doc = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "manifest": manifest,
            "state": state}
     try:
@@ -140,13 +148,63 @@ def validate_artifact(doc: Any, path: Path | str = "<artifact>") -> None:
         manifest.setdefault(key, None)
 
 
+def check_state(program: Any, state: dict[str, Any], path: Path | str = "<artifact>",
+                ) -> dict[str, Any]:
+    """Validate ``state`` against ``program``'s predictors; return it ready for DSPy.
+
+    Exactly the program's parameter names; per predictor only :data:`PREDICTOR_STATE_KEYS`
+    (``lm`` only as null), a signature with only instructions and fields, demos as a list of
+    objects. Each refusal names the predictor and the key.
+    """
+    expected = list(program.dump_state())
+    missing = [n for n in expected if n not in state]
+    extra = [n for n in state if n not in expected]
+    if missing or extra:
+        parts = ([f"missing predictor(s) {', '.join(missing)}"] if missing else []) + (
+            [f"unknown predictor(s) {', '.join(extra)}"] if extra else [])
+        raise ArtifactError(f"{path}: state does not fit program {type(program).__name__}: "
+                            + "; ".join(parts), hint=f"its predictors are: {', '.join(expected)}")
+    clean: dict[str, Any] = {}
+    for name in expected:
+        entry = state[name]
+        if not isinstance(entry, dict):
+            raise ArtifactError(f"{path}: state of predictor {name} must be an object")
+        unknown = sorted(set(entry) - PREDICTOR_STATE_KEYS)
+        if unknown:
+            raise ArtifactError(f"{path}: predictor {name} has unknown state key(s) "
+                                f"{', '.join(unknown)}",
+                                hint="an artifact holds demos, traces, train and the signature")
+        if entry.get("lm") is not None:
+            raise ArtifactError(f"{path}: predictor {name} carries an lm entry "
+                                f"({json.dumps(entry['lm'], default=str)[:80]}); artifacts "
+                                "carry prompts, not endpoints",
+                                hint="choose the LM when loading: ambiqa.load(path, lm=...)")
+        sig = entry.get("signature")
+        if not isinstance(sig, dict):
+            raise ArtifactError(f"{path}: predictor {name} has no signature object")
+        bad_sig = sorted(set(sig) - SIGNATURE_STATE_KEYS)
+        if bad_sig:
+            raise ArtifactError(f"{path}: predictor {name} signature has unknown key(s) "
+                                f"{', '.join(bad_sig)}")
+        for key in ("demos", "traces", "train"):
+            value = entry.get(key, [])
+            if not isinstance(value, list) or (key == "demos" and not all(
+                    isinstance(d, dict) for d in value)):
+                raise ArtifactError(f"{path}: predictor {name} {key} must be a list"
+                                    + (" of objects" if key == "demos" else ""))
+        clean[name] = {**entry, "lm": None}
+    return clean
+
+
 def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "<artifact>",
                        ) -> None:
     """Load DSPy state into ``program``, keeping each predictor's signature name.
 
-    DSPy rebuilds a signature from saved state as an anonymous ``StringSignature``; ambiqa's
-    cost traces and exports name predictors by their signature class, so the name is restored.
+    The state is validated first (:func:`check_state`). DSPy rebuilds a signature from saved
+    state as an anonymous ``StringSignature``; ambiqa's cost traces and exports name
+    predictors by their signature class, so the name is restored.
     """
+    state = check_state(program, state, path)
     names = {n: p.signature.__name__ for n, p in program.named_predictors()}
     try:
         program.load_state(state)
@@ -169,6 +227,49 @@ def install_optimizer_hooks(program: Any, manifest: dict[str, Any], *,
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ArtifactError(f"knn artifact has no valid k in its optimizer settings: {k!r}")
         install_knn(program, k, encoder=knn_encoder)
+
+
+def check_eor_pool(manifest: dict[str, Any], program: Any, retriever: Any,
+                   program_kwargs: dict[str, Any], path: Path | str = "<artifact>") -> None:
+    """EoR voter weights belong to the pool they were tuned on: refuse to apply them to a
+    program whose pool, rerank depth or sources differ from the ones the artifact records.
+
+    The weights say how much to trust each member's answer; behind ``BM25@5`` a different
+    index (or a missing source) is a different member, so the weights would mean nothing.
+    """
+    opt = manifest.get("optimizer") or {}
+    if opt.get("name") != "eor-weights":
+        return
+    pool = opt.get("pool")
+    if pool is not None and list(getattr(program, "pool", ())) != list(pool):
+        raise ArtifactError(f"{path}: these EoR weights were tuned on pool {pool}, not "
+                            f"{list(getattr(program, 'pool', ()))}",
+                            hint="tune weights for this pool with `ambiqa tune-eor`")
+    depth = opt.get("rerank_depth")
+    if depth is not None and getattr(program, "rerank_depth", depth) != depth:
+        raise ArtifactError(f"{path}: these EoR weights were tuned with rerank depth {depth}, "
+                            f"the program has {program.rerank_depth}")
+    recorded = opt.get("sources")
+    if not isinstance(recorded, dict):
+        return
+    given = dict(program_kwargs.get("sources") or {})
+    if retriever is not None:
+        given.setdefault("Wiki", retriever)
+    wanted = {name for name in recorded if recorded[name] is not None}
+    missing = sorted(wanted - set(given))
+    if missing:
+        raise ArtifactError(f"{path}: these EoR weights were tuned with source(s) "
+                            f"{', '.join(missing)}, which were not given",
+                            hint="pass them: ambiqa.load(path, retriever=..., "
+                                 "program_kwargs={'sources': {...}})")
+    for name in sorted(wanted):
+        want = (recorded[name] or {}).get("fingerprint") if isinstance(
+            recorded[name], dict) else None
+        have = getattr(given[name], "fingerprint", None)
+        if want and have and want != have:
+            raise ArtifactError(f"{path}: source {name} is index {have}, but the EoR weights "
+                                f"were tuned on {want}: a different pool member",
+                                hint="tune weights for this pool with `ambiqa tune-eor`")
 
 
 def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: Any = None,
@@ -220,9 +321,15 @@ def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: An
                                  "objects such as sources or an encoder")
     program = build_program(program_name, retriever=retriever, **config,
                             **(program_kwargs or {}))
+    check_eor_pool(manifest, program, retriever, program_kwargs or {}, path)
     load_program_state(program, doc["state"], path)
     install_optimizer_hooks(program, manifest, knn_encoder=knn_encoder)
     program.manifest = manifest
+    from ambiqa.optimizers.splits import guard_warning
+
+    loud = guard_warning(manifest)
+    if loud:
+        log.warning("%s: %s", path, loud)
     if lm is not None:
         from ambiqa.lm import configure
 

@@ -63,6 +63,7 @@ class CompileReport:
     candidates: list[dict[str, Any]] = field(default_factory=list)
     stopped_by_budget: bool = False
     nan_scores: int = 0
+    data_guard: dict[str, Any] = field(default_factory=dict)
 
 
 class SafeMetric:
@@ -182,16 +183,29 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     max_rounds: int = 1, valset: list[Any] | None = None,
                     num_candidates: int = 4, budget: Budget | None = None,
                     knn_encoder: Any = None, knn_pool: int = 8, mipro_trials: int = 4,
-                    n_val: int | None = None) -> tuple[dspy.Module, CompileReport]:
-    """Return ``(compiled program, report)``. ``trainset`` must come from a training split;
-    ``valset`` (bootstrap-rs, mipro) defaults to a held-out third of it, at most ``n_val``
-    questions (each candidate is scored on all of them)."""
+                    n_val: int | None = None, train_spec: str | None = None,
+                    devset: list[Any] | None = None, dev_spec: str | None = None,
+                    allow_eval_splits: bool = False) -> tuple[dspy.Module, CompileReport]:
+    """Return ``(compiled program, report)``.
+
+    ``trainset`` must come from a training split: examples loaded from a dev/test split
+    (:func:`ambiqa.data.load_dataset` tags them), a ``train_spec`` naming one, or question
+    ids shared with ``devset`` are refused unless ``allow_eval_splits`` (research only; the
+    report's ``data_guard`` then records it for the manifest). ``valset`` (bootstrap-rs,
+    mipro) defaults to a held-out third of the training set, at most ``n_val`` questions
+    (each candidate is scored on all of them); a given ``valset`` is checked like the
+    training set, since searching on it is training on it."""
+    from ambiqa.optimizers.splits import check_training_data
+
     check_teleprompter(optimizer)
     if not trainset:
         raise ConfigError("the training set is empty")
+    guard = check_training_data([*trainset, *(valset or [])], spec=train_spec, devset=devset,
+                                dev_spec=dev_spec, allow_eval_splits=allow_eval_splits,
+                                what=f"compiling ({optimizer})")
     settings: dict[str, Any] = {"k": k, "seed": seed, "threshold": threshold,
                                 "max_rounds": max_rounds}
-    report = CompileReport(optimizer=optimizer, settings=settings)
+    report = CompileReport(optimizer=optimizer, settings=settings, data_guard=guard)
     budget = budget or Budget(None)
     safe = SafeMetric(metric) if metric is not None else None
     if optimizer in ("bootstrap-rs", "mipro") and valset is None:

@@ -14,8 +14,12 @@ records (``member_answers``, ``similarities``), so the weights can be searched o
    ``tune_threshold``) and the pooling function (mean, max, majority, plurality). The paper
    used Nelder-Mead and fixed mean pooling; TPE handles the categorical pooling and the
    threshold's discontinuity directly. The objective is the mean correctness of the winning
-   answer on the cached questions (``em``, ``f1`` or ``contains`` against the gold answers;
-   the paper used BEM, which needs a model not available here).
+   answer on the cached questions: token F1 against the gold answers by default (``em`` or
+   ``contains`` as options; the paper used BEM, which needs a model not available here).
+   Training data only: a cache made from a dev/test split (its data spec, from ``run.json``
+   or the cache file) or sharing question ids with the dev cache is refused unless
+   ``allow_eval_splits``; a persistent study records the cache fingerprint, data spec and
+   search space and refuses to resume on another.
 3. Each trial is one vectorized vote over all cached questions (numpy; :func:`vote_batch`,
    equal to :func:`~ambiqa.programs.eor.vote` question by question, which a test checks), so
    thousands of trials take seconds -- mostly the sampler's own time.
@@ -68,10 +72,16 @@ class Cache:
     """Cached EoR votes: per question its gold answers, member answers and similarities."""
 
     rows: list[dict[str, Any]]
-    gold_metric: str = "em"
+    gold_metric: str = "f1"
     source: str = ""
     members: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
+    #: the data spec the questions came from (checked by the training-split guard)
+    data_spec: str | None = None
+    #: how the answers were made: pool, rerank_depth, lm (the reader LM), sources
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: what reading the cache skipped: malformed_lines, error_rows, no_member_answers
+    stats: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.gold_metric not in GOLD_METRICS:
@@ -122,9 +132,23 @@ class Cache:
     def member_accuracy(self) -> dict[str, float]:
         return {spec: float(self.correct[:, j].mean()) for j, spec in enumerate(self.members)}
 
+    def fingerprint(self) -> str:
+        """Hash of what a trial's value depends on: rows (ids, gold, answers, similarities),
+        members and the gold metric. Two caches with the same fingerprint score alike."""
+        import hashlib
+
+        body = json.dumps({"gold_metric": self.gold_metric, "members": self.members,
+                           "rows": [{k: r.get(k) for k in ("id", "gold", "answers",
+                                                          "similarities")}
+                                    for r in self.questions]}, sort_keys=True, default=str)
+        return "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+    def ids(self) -> list[str]:
+        return [str(r.get("id")) for r in self.questions]
+
     def to_json(self) -> dict[str, Any]:
         return {"format": CACHE_FORMAT, "source": self.source, "members": self.members,
-                "rows": self.questions}
+                "data_spec": self.data_spec, "meta": self.meta, "rows": self.questions}
 
 
 # ---- the vectorized voter -----------------------------------------------------------------------
@@ -183,51 +207,101 @@ def _row(id_: str, question: str, gold: list[str], pred: dict[str, Any]) -> dict
             "similarities": dict(pred.get("similarities") or {})}
 
 
-def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: str = "em",
+def _eor_default(name: str) -> Any:
+    import inspect
+
+    from ambiqa.programs.eor import EoR
+
+    return inspect.signature(EoR.__init__).parameters[name].default
+
+
+def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: str = "f1",
                ) -> Cache:
     """Read a cache JSON (:meth:`Cache.to_json`) or an EoR run's ``results.jsonl``.
 
-    For ``results.jsonl`` the gold answers come from ``data_spec`` (joined by example id)
-    unless the rows carry ``gold``; rows without member answers (errors) are skipped.
+    ``results.jsonl`` is read through the evaluation runner's reader
+    (:class:`ambiqa.evaluation.runner.ResultsFile`: the last row per example id wins, as on a
+    resumed run); rows with an ``error`` and rows without member answers are dropped, and
+    lines that are not a JSON object with an id are counted; all three counts land in
+    ``cache.stats``. The gold answers come from ``data_spec`` (joined by example id) unless
+    the rows carry ``gold``; the data spec, LM, index and pool settings default to the run's
+    ``run.json`` beside the file.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"EoR cache not found: {path}")
     if path.suffix == ".json":
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{path} is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
             raise DataError(f"{path} is not an EoR answer cache (format {CACHE_FORMAT})")
-        return Cache(doc["rows"], gold_metric, str(path), list(doc.get("members") or []))
+        return Cache(doc["rows"], gold_metric, str(path), list(doc.get("members") or []),
+                     data_spec=doc.get("data_spec") or data_spec, meta=dict(doc.get("meta") or {}))
+    from ambiqa.evaluation.runner import ResultsFile
+
+    run: dict[str, Any] = {}
+    if (path.parent / "run.json").is_file():
+        try:
+            run = json.loads((path.parent / "run.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DataError(f"{path.parent / 'run.json'} is unreadable: {exc}") from exc
+    run_spec = run.get("data") if isinstance(run.get("data"), str) else None
+    if data_spec and run_spec and data_spec.split(":")[:2] != run_spec.split(":")[:2]:
+        raise DataError(f"--data {data_spec!r} differs from the run's data {run_spec!r} "
+                        f"({path.parent / 'run.json'})",
+                        hint="pass the data spec the run used, or leave --data out")
+    spec = data_spec or run_spec
+    malformed = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                malformed += 1
+                continue
+            if not isinstance(obj, dict) or "id" not in obj:
+                malformed += 1
     gold_by_id: dict[str, list[str]] = {}
-    if data_spec:
+    if spec:
         from ambiqa.data import load_dataset
         from ambiqa.evaluation.registry import gold_answers_of
         from ambiqa.evaluation.runner import example_id
 
-        for i, ex in enumerate(load_dataset(data_spec)):
+        for i, ex in enumerate(load_dataset(spec)):
             gold_by_id[example_id(ex, i)] = gold_answers_of(ex)
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line
-            pred = r.get("prediction") or {}
-            if not pred.get("member_answers"):
-                continue
-            gold = r.get("gold") or gold_by_id.get(str(r.get("id")))
-            if gold is None:
-                raise DataError(f"{path}: no gold answers for example {r.get('id')}",
-                                hint="pass the data spec the run used (--data)")
-            rows.append(_row(str(r.get("id")), r.get("question", ""), gold, pred))
-    return Cache(rows, gold_metric, str(path))
+    rows, errors, empty = [], 0, 0
+    for r in ResultsFile(path).read():
+        if r.get("error"):
+            errors += 1
+            continue
+        pred = r.get("prediction") or {}
+        if not isinstance(pred, dict) or not pred.get("member_answers"):
+            empty += 1
+            continue
+        gold = r.get("gold") or gold_by_id.get(str(r.get("id")))
+        if gold is None:
+            raise DataError(f"{path}: no gold answers for example {r.get('id')}",
+                            hint="pass the data spec the run used (--data)")
+        rows.append(_row(str(r.get("id")), r.get("question", ""), gold, pred))
+    config = run.get("program_config") if isinstance(run.get("program_config"), dict) else {}
+    meta = {"pool": config.get("pool"),
+            "rerank_depth": config.get("rerank_depth", _eor_default("rerank_depth")),
+            "lm": run.get("lm"), "reader": run.get("reader"),
+            "sources": {"Wiki": {"index": run.get("index")}} if run.get("index") else None,
+            "run": str(path.parent)}
+    cache = Cache(rows, gold_metric, str(path), data_spec=spec, meta=meta,
+                  stats={"malformed_lines": malformed, "error_rows": errors,
+                         "no_member_answers": empty})
+    if meta["pool"] is None:
+        meta["pool"] = list(cache.members)
+    return cache
 
 
-def collect_cache(program: Any, examples: list[Any], *, gold_metric: str = "em",
+def collect_cache(program: Any, examples: list[Any], *, gold_metric: str = "f1",
                   progress: Any = None) -> Cache:
     """Run EoR on ``examples`` with every member active and cache what the voter needs.
 
@@ -247,7 +321,20 @@ def collect_cache(program: Any, examples: list[Any], *, gold_metric: str = "em",
                                                "similarities": pred.similarities}))
         if progress is not None:
             progress(i + 1, len(examples))
-    return Cache(rows, gold_metric, "collect", list(program.pool))
+    import dspy
+
+    from ambiqa.optimizers.splits import sources_of
+    from ambiqa.retrieval.factory import describe
+
+    specs = sources_of(examples)
+    sources = {"Wiki": describe(program.retriever) if program.retriever is not None else None}
+    sources.update({name: describe(src) for name, src in sorted(program.sources.items())})
+    lm = dspy.settings.lm
+    meta = {"pool": list(program.pool), "rerank_depth": program.rerank_depth,
+            "lm": getattr(lm, "model", None) if lm is not None else None,
+            "sources": sources}
+    return Cache(rows, gold_metric, "collect", list(program.pool),
+                 data_spec=",".join(specs) or None, meta=meta)
 
 
 # ---- the search ---------------------------------------------------------------------------------
@@ -257,10 +344,15 @@ class WeightsResult:
     value: float
     trials: int
     seconds: float
+    #: trials run by this call (``trials`` counts the whole study)
+    ran: int = 0
+    #: the training-split guard's record (see :mod:`ambiqa.optimizers.splits`)
+    data_guard: dict[str, Any] = field(default_factory=dict)
+    best_trial: int | None = None
 
     @property
     def trials_per_s(self) -> float:
-        return round(self.trials / self.seconds, 1) if self.seconds > 0 else math.inf
+        return round(self.ran / self.seconds, 1) if self.seconds > 0 else math.inf
 
 
 def weights_from_params(params: dict[str, Any], cache: Cache,
@@ -274,13 +366,53 @@ def weights_from_params(params: dict[str, Any], cache: Cache,
 
 SAMPLERS = ("auto", "tpe", "qmc", "random")
 TPE_TAIL = 100
+STUDY_ATTR = "ambiqa_eor"
+
+
+def eor_search_space(cache: Cache, tune_threshold: bool, poolings: tuple[str, ...],
+                     ) -> dict[str, Any]:
+    """What makes two runs' trials comparable (stored in a persistent study)."""
+    return {"metrics": list(cache.metrics), "members": list(cache.members),
+            "poolings": list(poolings), "tune_threshold": bool(tune_threshold),
+            "upper": UPPER, "threshold": DEFAULT_THRESHOLD, "objective": cache.gold_metric}
+
+
+def _check_study(st: Any, identity: dict[str, Any]) -> None:
+    """Store ``identity`` in a new study; refuse to resume one made on another cache, data
+    spec or search space (its trials' values would not be comparable)."""
+    stored = st.user_attrs.get(STUDY_ATTR)
+    if stored is None:
+        if st.trials:
+            raise ConfigError(f"study {st.study_name!r} has trials but was not made by "
+                              "`ambiqa tune-eor`", hint="pick another --study name")
+        st.set_user_attr(STUDY_ATTR, identity)
+        return
+    want = json.loads(json.dumps(identity))
+    diff = sorted(k for k in set(stored) | set(want) if stored.get(k) != want.get(k))
+    if diff:
+        details = "; ".join(f"{k}: study has {stored.get(k)!r}, this run {want.get(k)!r}"
+                            for k in diff if k != "search_space")
+        if "search_space" in diff:
+            details = "; ".join(filter(None, [details, "search space differs"]))
+        raise ConfigError(f"study {st.study_name!r} was made on another cache or search space "
+                          f"({details})",
+                          hint="rerun with the original cache and settings, or pick a new "
+                               "--study name")
 
 
 def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
                  tune_threshold: bool = False, poolings: tuple[str, ...] = POOLINGS,
                  study: str | None = None, storage: str | None = None,
-                 sampler: str = "auto") -> WeightsResult:
+                 sampler: str = "auto", allow_eval_splits: bool = False,
+                 dev_ids: list[str] | None = None) -> WeightsResult:
     """Optuna search over ω^s, ω^r (≤ 0.6), pooling (and t); returns the best weights.
+
+    The objective is the cache's ``gold_metric`` (default token F1; EM or containment as
+    options) of the voted answer, averaged over the cached questions.
+
+    Training data only: a cache whose data spec is a dev/test split, or whose question ids
+    appear in ``dev_ids``, is refused unless ``allow_eval_splits`` (then recorded in
+    ``data_guard``).
 
     ``sampler``: ``tpe``; ``qmc`` (Sobol) or ``random``; ``auto`` (default) = TPE for up to
     100 trials, else quasi-random exploration for all but the last 100 trials and TPE
@@ -288,19 +420,33 @@ def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
     own sampling grows with the history (about 30 ms per trial at 1,500 trials on 2 shared
     cores), so pure TPE manages tens of trials per second where ``auto`` manages hundreds.
 
-    In-memory study unless ``storage`` (any Optuna RDB URL) is given. The default weights are
-    enqueued as the first trial so the result is never worse than them on the cache (they
-    are rescaled into the bounds: equal ω^s and ω^r = 0.6, which votes identically).
+    In-memory study unless ``storage`` (any Optuna RDB URL) is given. A persistent study
+    stores the cache fingerprint, data spec and search space, refuses to resume on another,
+    and a rerun tops it up to ``trials`` finished trials in total. The default weights are
+    enqueued as the study's first trial, so the result is never worse than them on the cache
+    (rescaled into the bounds: equal ω^s and ω^r = 0.6, which votes identically).
     """
     if sampler not in SAMPLERS:
         raise ConfigError(f"unknown sampler {sampler!r}", hint=f"choose from {SAMPLERS}")
+    if not isinstance(trials, int) or trials < 1:
+        raise ConfigError(f"--trials must be a positive integer, got {trials!r}")
     import optuna
+
+    from ambiqa.optimizers.splits import check_training_data
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not cache.questions:
         raise ConfigError("the EoR cache holds no questions with member answers")
     if not cache.metrics:
         raise ConfigError("the EoR cache has no similarity metric common to all questions")
+    specs = [x for x in (cache.data_spec or "").split(",") if x]
+    guard: dict[str, Any] = {"violations": []}
+    for spec in specs or [None]:
+        rec = check_training_data(spec=spec, train_ids=cache.ids(), dev_ids=dev_ids,
+                                  allow_eval_splits=allow_eval_splits,
+                                  what="tuning EoR voter weights")
+        guard = {**rec, "violations": guard["violations"] + [
+            v for v in rec["violations"] if v not in guard["violations"]]}
     tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(50, max(5, trials // 20)))
     import warnings
 
@@ -313,6 +459,10 @@ def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
     st = optuna.create_study(study_name=study, storage=storage, direction="maximize",
                              sampler=explore if n_explore else tpe,
                              load_if_exists=bool(study and storage))
+    if storage:
+        _check_study(st, {"cache_fingerprint": cache.fingerprint(),
+                          "data_spec": cache.data_spec,
+                          "search_space": eor_search_space(cache, tune_threshold, poolings)})
     default = {f"ws.{m}": UPPER * (1.0 if m in DEFAULT_METRIC_WEIGHTS else 0.0)
                for m in cache.metrics}
     default.update({f"wr.{s}": UPPER for s in cache.members}, pooling="mean")
@@ -330,16 +480,24 @@ def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
             params["t"] = trial.suggest_float("t", 0.0, 0.3)
         return accuracy(cache, weights_from_params(params, cache))
 
+    def complete() -> int:
+        return sum(t.state == optuna.trial.TrialState.COMPLETE
+                   for t in st.get_trials(deepcopy=False))
+
+    done = complete()
+    todo = max(0, trials - done)
+    explore_left = min(todo, max(0, n_explore - done))
     start = time.perf_counter()
-    if n_explore:
-        st.optimize(objective, n_trials=n_explore)
-    if trials - n_explore:
+    if explore_left:
+        st.sampler = explore
+        st.optimize(objective, n_trials=explore_left)
+    if todo - explore_left:
         st.sampler = tpe
-        st.optimize(objective, n_trials=trials - n_explore)
+        st.optimize(objective, n_trials=todo - explore_left)
     seconds = time.perf_counter() - start
     best = st.best_trial
-    return WeightsResult(weights_from_params(best.params, cache), float(best.value), trials,
-                         seconds)
+    return WeightsResult(weights_from_params(best.params, cache), float(best.value), complete(),
+                         seconds, ran=todo, data_guard=guard, best_trial=best.number)
 
 
 # ---- using and reporting the weights ----------------------------------------------------------
@@ -356,27 +514,43 @@ def eor_config(weights: dict[str, Any], members: list[str] | None = None) -> dic
 
 
 def save_weights_artifact(path: str | Path, weights: dict[str, Any], cache: Cache,
-                          report: dict[str, Any] | None = None) -> Path:
-    """An EoR artifact whose program config carries the tuned weights (no demos)."""
+                          report: dict[str, Any] | None = None,
+                          data_guard: dict[str, Any] | None = None) -> Path:
+    """An EoR artifact whose program config carries the tuned weights (no demos).
+
+    The manifest records what the weights are only valid for: the pool and its rerank depth,
+    the reader LM that wrote the member answers, the sources behind the members, the cache
+    fingerprint and data spec, and the objective. :func:`ambiqa.optimizers.artifact.
+    check_eor_pool` refuses to apply them to another pool.
+    """
     import dspy
 
     import ambiqa
     from ambiqa.optimizers.artifact import save_artifact
     from ambiqa.programs.eor import EoR
 
-    program = EoR(retriever=None, similarity_metrics=tuple(cache.metrics),
+    meta = cache.meta or {}
+    depth = meta.get("rerank_depth") or _eor_default("rerank_depth")
+    program = EoR(retriever=None, similarity_metrics=tuple(cache.metrics), rerank_depth=depth,
                   **eor_config(weights, cache.members))
+    report = report or {}
     manifest = {
         "program": "eor", "program_config": program.config(),
         "ambiqa_version": ambiqa.__version__, "dspy_version": dspy.__version__,
-        "lm": None, "retriever": {"kind": None, "index": None, "fingerprint": None},
-        "metric": cache.gold_metric, "reader": None, "train": cache.source, "dev": None,
-        "scores": {"train": (report or {}).get("train"), "dev": (report or {}).get("dev")},
+        "lm": meta.get("lm"), "retriever": {"kind": None, "index": None, "fingerprint": None},
+        "metric": cache.gold_metric, "reader": meta.get("reader"), "train": cache.data_spec,
+        "dev": report.get("dev_data"),
+        "scores": {"train": report.get("train"), "dev": report.get("dev")},
         "optimizer": {"name": "eor-weights", "upper_bound": UPPER,
-                      "trials": (report or {}).get("trials"),
+                      "objective": cache.gold_metric, "trials": report.get("trials"),
+                      "pool": list(cache.members), "rerank_depth": depth,
+                      "reader_lm": meta.get("lm"), "sources": meta.get("sources"),
+                      "cache": cache.source, "cache_fingerprint": cache.fingerprint(),
+                      "cache_stats": cache.stats,
                       "note": "voter weights tuned over cached member answers; no demos"},
         "optuna": None, "demos_per_predictor": {}, "compile_cost": {"lm_calls": 0},
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "data_guard": data_guard,
     }
     return save_artifact(path, program, manifest)
 

@@ -80,7 +80,12 @@ def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None
                           ensure_ascii=False)
     if fmt != "md":
         raise ConfigError(f"unknown export format {fmt!r}", hint=f"choose one of {FORMATS}")
+    from ambiqa.optimizers.splits import guard_warning
+
     lines: list[str] = []
+    loud = guard_warning(manifest)
+    if loud:
+        lines += [f"> WARNING: {loud}", ""]
     if is_uncompiled(manifest, prompts):
         lines += ["> uncompiled: zero-shot prompts (no demos, instructions as written)", ""]
     if manifest:
@@ -120,8 +125,13 @@ def _jinja_text(content: str, fields: list[str]) -> str:
 
 def render_jinja(prompts: list[dict[str, Any]], manifest: dict | None = None) -> str:
     """One Jinja2 macro per predictor; see :func:`messages_from_jinja`."""
+    from ambiqa.optimizers.splits import guard_warning
+
     head = [f"{{# ambiqa prompts of {(manifest or {}).get('program', 'a program')}: one macro "
             "per predictor; call it with the input fields (rendered as text) #}"]
+    loud = guard_warning(manifest)
+    if loud:
+        head.append("{# WARNING: " + loud.replace("#}", "# }") + " #}")
     if is_uncompiled(manifest, prompts):
         head.append("{# uncompiled: zero-shot prompts #}")
     blocks = []
@@ -177,15 +187,49 @@ def fill(messages: list[dict[str, str]], inputs: dict[str, Any]) -> list[dict[st
     return out
 
 
+class _SentMessages:
+    """A DSPy callback that records the messages of every LM call made inside it."""
+
+    def __init__(self) -> None:
+        from dspy.utils.callback import BaseCallback
+
+        sent: list[list[dict[str, Any]]] = []
+        self.sent = sent
+
+        class _Cb(BaseCallback):
+            def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+                sent.append([dict(m) for m in (inputs.get("messages") or [])])
+
+        self.callback = _Cb()
+
+
+def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str | None:
+    """Where two message lists first differ (None when equal, text exact)."""
+    if len(a) != len(b):
+        return f"{len(a)} messages vs {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x.get("role") != y.get("role"):
+            return f"message {i}: role {x.get('role')!r} vs {y.get('role')!r}"
+        cx, cy = str(x.get("content")), str(y.get("content"))
+        if cx != cy:
+            at = next((j for j, (u, v) in enumerate(zip(cx, cy, strict=False)) if u != v),
+                      min(len(cx), len(cy)))
+            return (f"message {i} ({x.get('role')}), character {at}: "
+                    f"{cx[max(0, at - 30):at + 30]!r} vs {cy[max(0, at - 30):at + 30]!r}")
+    return None
+
+
 def verify_export(program: dspy.Module, examples: list[dict[str, dict[str, Any]]],
                   lm: Any, via: str = "json") -> list[dict[str, Any]]:
-    """Send filled exported prompts straight to ``lm`` and compare with DSPy's own outputs.
+    """Check that the exported prompts are what DSPy sends, then that they answer alike.
 
     ``examples`` maps predictor name → inputs. For each, the predictor is run through DSPy
-    and the exported prompt, filled with the same inputs, is sent to the LM outside any
-    module; both replies are parsed with the adapter and compared. Needs deterministic
-    decoding (temperature 0) and no response cache differences. ``via="jinja"`` renders the
-    prompt from the Jinja export instead of filling the JSON placeholders.
+    with a callback recording the messages it sends to the LM. Step 1 (``prompt_match``):
+    the exported prompt filled with the same inputs must equal those messages exactly (role
+    and text). Step 2 (``output_match``): the filled export is sent to the LM outside any
+    module, parsed with the adapter, and compared with DSPy's outputs (needs deterministic
+    decoding). ``match`` is both. ``via="jinja"`` renders the prompt from the Jinja export
+    instead of filling the JSON placeholders.
     """
     if via not in ("json", "md", "jinja"):
         raise ConfigError(f"unknown export format {via!r}", hint=f"choose one of {FORMATS}")
@@ -196,18 +240,26 @@ def verify_export(program: dspy.Module, examples: list[dict[str, dict[str, Any]]
         for name, inputs in item.items():
             predictor = predictors[name]
             prompt = predictor_prompt(name, predictor, select_for=inputs)
-            with dspy.context(lm=lm, adapter=adapter):
+            recorder = _SentMessages()
+            callbacks = [*dspy.settings.callbacks, recorder.callback]
+            with dspy.context(lm=lm, adapter=adapter, callbacks=callbacks):
                 dspy_out = predictor(**inputs)
             if via == "jinja":
                 messages = messages_from_jinja(render_jinja([prompt]), name, inputs)
             else:
                 messages = fill(prompt["messages"], inputs)
+            sent = recorder.sent[0] if recorder.sent else []
+            prompt_diff = (first_difference(messages, sent) if sent
+                           else "DSPy sent no LM call")
             raw = lm(messages=messages)
             text = raw[0] if isinstance(raw, list) else raw
             text = text.get("text", "") if isinstance(text, dict) else str(text)
             parsed = adapter.parse(predictor.signature, text)
             expected = {k: dspy_out[k] for k in predictor.signature.output_fields}
-            results.append({"predictor": name, "match": _same(parsed, expected),
+            output_match = _same(parsed, expected)
+            results.append({"predictor": name, "prompt_match": prompt_diff is None,
+                            "prompt_difference": prompt_diff, "output_match": output_match,
+                            "match": prompt_diff is None and output_match,
                             "exported": _plain(parsed), "dspy": _plain(expected)})
     return results
 

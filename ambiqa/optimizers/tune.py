@@ -101,6 +101,8 @@ class TuneConfig:
     max_lm_calls: int | None = None
     program_config: dict[str, Any] = field(default_factory=dict)
     tune_knobs: bool = True
+    #: research only: let dev/test data through the training-split guard (recorded loudly)
+    allow_eval_splits: bool = False
 
     def check(self, recipe: Recipe) -> None:
         if not isinstance(self.trials, int) or self.trials < 1:
@@ -298,6 +300,10 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
     cfg.train = cfg.train or recipe.train
     cfg.metric = cfg.metric or recipe.metric
     cfg.check(recipe)
+    from ambiqa.optimizers.splits import check_training_data
+
+    guard = check_training_data(trainset, spec=cfg.train, allow_eval_splits=cfg.allow_eval_splits,
+                                what="tuning")
     examples = usable_examples(trainset, recipe, cfg.metric, cfg.train)
     train_part, val_part = split_train(examples, cfg.val_fraction, seed=cfg.seed)
     if cfg.n_val:
@@ -338,6 +344,7 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
                        "trial": trial_number, "value": value, "params": params},
             "demos_per_predictor": {n: len(p.demos) for n, p in program.named_predictors()},
             "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "data_guard": guard,
             **(manifest_extra or {}),
         }
         manifest.setdefault("compile_cost", {"lm_calls_this_run": budget.spent})

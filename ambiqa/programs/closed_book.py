@@ -15,6 +15,8 @@ class ClosedBook(AmbiqaProgram):
     """One LM call: question → long answer. No passages, no interpretations."""
 
     name = "closed_book"
+    # minimal dependent LM rounds per question: one closed-book answer
+    min_lm_rounds = 1
     needs_retriever = False
 
     def __init__(self, retriever=None) -> None:

@@ -150,6 +150,9 @@ class Diva(AmbiqaProgram):
     """
 
     name = "diva"
+    # minimal dependent LM rounds: type (None: no rewrite) -> verify (parallel) -> closed
+    # book when Useless; 5 on the RAG path with a rewrite (type, rewrite, verify, clarify, write)
+    min_lm_rounds = 3
 
     def __init__(self, retriever=None, k_per_query: int = 5, top_k: int = 5,
                  candidates: int = 0, max_interpretations: int = 8, encoder=None) -> None:

@@ -226,6 +226,9 @@ class EoR(AmbiqaProgram):
     """
 
     name = "eor"
+    # minimal dependent LM rounds, default pool: PK writes its background document -> every
+    # member's reader in one parallel round (1 without PK/@CP members; +1 with "entail")
+    min_lm_rounds = 2
     answer_style = "short"
 
     def __init__(self, retriever=None, sources: Mapping[str, Any] | None = None,

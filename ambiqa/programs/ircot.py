@@ -75,6 +75,8 @@ class IRCoT(AmbiqaProgram):
     """
 
     name = "ircot"
+    # minimal dependent LM rounds: one reasoning step that states the answer -> read
+    min_lm_rounds = 2
     answer_style = "short"
 
     def __init__(self, retriever=None, k: int = 5, max_steps: int = 4,

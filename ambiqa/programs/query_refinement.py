@@ -35,6 +35,8 @@ class QueryRefinementClosedBook(AmbiqaProgram):
     """
 
     name = "query_refinement"
+    # minimal dependent LM rounds: type (None: no rewrite) -> long answer; 3 with a rewrite
+    min_lm_rounds = 2
     needs_retriever = False
 
     def __init__(self, retriever=None, max_interpretations: int = 8) -> None:

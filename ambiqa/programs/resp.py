@@ -116,6 +116,9 @@ class ReSP(AmbiqaProgram):
     """
 
     name = "resp"
+    # minimal dependent LM rounds (max_iter >= 2): global summary -> judge says sufficient ->
+    # generate; each further iteration adds plan + summaries (parallel) + judge; 2 if max_iter=1
+    min_lm_rounds = 3
     answer_style = "short"
 
     def __init__(self, retriever=None, k: int = 5, max_iter: int = 3) -> None:

@@ -159,6 +159,9 @@ class TreeOfClarifications(AmbiqaProgram):
     """
 
     name = "toc"
+    # minimal dependent LM rounds: root clarification yields no valid pair -> long answer;
+    # each tree level adds clarify + verify rounds (calls within a level run in parallel)
+    min_lm_rounds = 2
 
     def __init__(self, retriever=None, *, n_retrieve: int = 100, k: int = 5,
                  max_depth: int = 3, max_nodes: int = 10, max_failed: int = 3,

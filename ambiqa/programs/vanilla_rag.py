@@ -18,6 +18,8 @@ from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
 
 class VanillaRAG(AmbiqaProgram):
     name = "vanilla_rag"
+    # minimal dependent LM rounds per question: clarify -> long answer
+    min_lm_rounds = 2
 
     def __init__(self, retriever=None, k: int = 5) -> None:
         super().__init__(retriever)

@@ -210,6 +210,9 @@ class VerDICt(AmbiqaProgram):
     """
 
     name = "verdict"
+    # minimal dependent LM rounds: relax -> all per-passage reads in one parallel round ->
+    # long answer (or closed book when every read abstains); 2 with long_answer=False
+    min_lm_rounds = 3
 
     def __init__(self, retriever=None, n_passages: int = 20, min_cluster_size: int = 2,
                  conservativeness: Conservativeness = "balanced", long_answer: bool = True,

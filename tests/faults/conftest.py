@@ -51,6 +51,8 @@ class Faults:
 
     def __init__(self) -> None:
         self.release = threading.Event()  # frees hung calls at teardown
+        self.blocked = 0                  # hung calls still waiting (event-based checks)
+        self._lock = threading.Lock()
 
     @staticmethod
     def error(kind: str, retry_after: float | None = None) -> Exception:
@@ -74,7 +76,11 @@ class Faults:
         """A handler that blocks (until teardown) -- only a deadline can end the call."""
 
         def handler(inputs: dict[str, str]) -> Any:
+            with self._lock:
+                self.blocked += 1
             self.release.wait(60)
+            with self._lock:
+                self.blocked -= 1
             return then or {}
         return handler
 
@@ -141,7 +147,8 @@ class FaultyEndpoint:
     """A loopback chat-completions server that answers from a script of faults.
 
     ``script`` items: ``"ok"`` (a correct DSPy reply), ``("429", retry_after)``, ``"503"``,
-    ``("sleep", seconds)`` (then ok), ``"drop"`` (close the socket without a reply),
+    ``("sleep", seconds)`` (then ok), ``"hang"`` (block until :meth:`close`; ``hanging``
+    counts requests blocked now), ``"drop"`` (close the socket without a reply),
     ``"garbage"`` (200 with text in no adapter format), ``("huge", n_chars)``. The last item
     repeats. ``requests`` counts POSTs served.
     """
@@ -149,6 +156,8 @@ class FaultyEndpoint:
     def __init__(self, script: list[Any]) -> None:
         self.script = list(script)
         self.requests = 0
+        self.hanging = 0
+        self.release = threading.Event()
         self.lock = threading.Lock()
         fake = _load_fake_server()
         outer = self
@@ -188,6 +197,12 @@ class FaultyEndpoint:
                     return
                 if kind == "sleep":
                     time.sleep(arg)
+                if kind == "hang":
+                    with outer.lock:
+                        outer.hanging += 1
+                    outer.release.wait(30)
+                    with outer.lock:
+                        outer.hanging -= 1
                 messages = json.loads(raw or b"{}").get("messages") or []
                 if kind == "garbage":
                     text = "Sure! Here is my answer, in no particular format."
@@ -211,6 +226,7 @@ class FaultyEndpoint:
         self.url = f"http://{host}:{port}/v1"
 
     def close(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -38,6 +38,15 @@ def _payloads():
 
 
 # ---- data loaders --------------------------------------------------------------------------
+GENERATED: dict[str, int] = {}
+
+
+def _count(record_property, name: str) -> None:
+    """Count the inputs hypothesis generated for a test (the fault table reports them)."""
+    GENERATED[name] = GENERATED.get(name, 0) + 1
+    record_property("generated_inputs", GENERATED[name])
+
+
 def _load_all(path: Path, record) -> None:
     from ambiqa.data import FORMATS, load_corpus
 
@@ -45,7 +54,8 @@ def _load_all(path: Path, record) -> None:
         try:
             out = loader(path)
         except AmbiqaError as exc:
-            assert str(exc).strip(), name
+            # the one-line error names the file it could not read
+            assert path.name in str(exc), (name, str(exc))
             record["errors"] += 1
             continue
         assert isinstance(out, list)
@@ -62,7 +72,8 @@ def test_loaders_on_fixed_nasty_files(tmp_path, payload, suffix):
 
 @FEW
 @given(data=st.binary(max_size=400) | nasty_text.map(lambda s: s.encode("utf-8", "replace")))
-def test_loaders_on_random_bytes(tmp_path_factory, data):
+def test_loaders_on_random_bytes(tmp_path_factory, record_property, data):
+    _count(record_property, "random_bytes")
     path = tmp_path_factory.mktemp("fuzz") / "data.jsonl"
     path.write_bytes(data)
     _load_all(path, {"errors": 0, "ok": 0})
@@ -78,7 +89,8 @@ record = st.fixed_dictionaries({}, optional={
 
 @FEW
 @given(rows=st.lists(record, max_size=5))
-def test_loaders_on_records_of_the_wrong_shape(tmp_path_factory, rows):
+def test_loaders_on_records_of_the_wrong_shape(tmp_path_factory, record_property, rows):
+    _count(record_property, "wrong_shape")
     path = tmp_path_factory.mktemp("shape") / "data.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     _load_all(path, {"errors": 0, "ok": 0})
@@ -95,20 +107,22 @@ def test_loaders_on_records_of_the_wrong_shape(tmp_path_factory, rows):
 @example("asqa:dev:99999999999999999")
 @example("asqa::")
 @example("asqa:/nonexistent/x.json")
-def test_spec_parser_raises_only_config_errors(spec):
+def test_spec_parser_raises_only_config_errors(record_property, spec):
     from ambiqa.data import load_dataset, parse_spec
     from ambiqa.errors import ConfigError, DataError
 
+    _count(record_property, "spec")
     try:
         parsed = parse_spec(spec)
     except ConfigError as exc:
-        assert str(exc).strip()
+        assert repr(spec) in str(exc), str(exc)  # the error quotes the spec it refuses
         return
     assert parsed.name
-    try:  # and loading it fails cleanly too, wherever it points
+    try:  # and loading it fails cleanly too, wherever it points, naming the spec or file
         load_dataset(parsed)
-    except (ConfigError, DataError):
-        pass
+    except (ConfigError, DataError) as exc:
+        named = [str(parsed), *([Path(parsed.path).name] if parsed.path else [])]
+        assert any(n and n in str(exc) for n in named), (named, str(exc))
 
 
 # ---- metrics -------------------------------------------------------------------------------
@@ -116,7 +130,8 @@ def test_spec_parser_raises_only_config_errors(spec):
 @given(pred=nasty_text, gold=st.lists(nasty_text, max_size=3))
 @example(pred="", gold=[])
 @example(pred="\x00\x01", gold=["   "])
-def test_text_metrics_are_total_and_bounded(pred, gold):
+def test_text_metrics_are_total_and_bounded(record_property, pred, gold):
+    _count(record_property, "metrics")
     from ambiqa.evaluation.metrics import exact_match, rouge_lsum, str_em, token_f1
 
     for value in (exact_match(pred, gold), token_f1(pred, gold),
@@ -166,21 +181,30 @@ def dead_endpoint(monkeypatch):
 @example("")
 @example("{" * 50)
 @example("asqa:dev:0")
-def test_cli_bad_option_values_are_user_errors(tmp_path_factory, dead_endpoint, value):
+def test_cli_bad_option_values_are_user_errors(tmp_path_factory, dead_endpoint,
+                                               record_property, value):
+    _count(record_property, "cli")
     out = tmp_path_factory.mktemp("cli")
+    artifact = str(out / (value.replace("/", "_").replace("\x00", "") or "x")) + ".json"
+    # each case with the words its one-line error must contain: the option or the file
     cases = [
-        ["evaluate", "closed_book", "--data", value, "--out", str(out / "r"), *dead_endpoint],
-        ["evaluate", "closed_book", "--data", "demo:dev:1", "--metrics", value or ",",
-         "--out", str(out / "m"), *dead_endpoint],
-        ["ask", "what?", "--program", "vanilla_rag", "--program-config", value or "{",
-         *dead_endpoint],
-        ["compile", value or "?", "--train", "demo:train:1", *dead_endpoint],
-        ["export", str(out / (value.replace("/", "_").replace("\x00", "") or "x")) + ".json"],
+        (["evaluate", "closed_book", "--data", value, "--out", str(out / "r"), *dead_endpoint],
+         ("spec",)),
+        (["evaluate", "closed_book", "--data", "demo:dev:1", "--metrics", value or ",",
+          "--out", str(out / "m"), *dead_endpoint], ("metric",)),
+        (["ask", "what?", "--program", "closed_book", "--program-config", value or "{",
+          *dead_endpoint], ("--program-config", "settings for program")),
+        (["compile", value or "?", "--train", "demo:train:1", *dead_endpoint],
+         ("program",)),
+        (["export", artifact], ("artifact", Path(artifact).name)),
     ]
-    for argv in cases:
+    for argv, named in cases:
         code, err = _main(argv)
         assert code in (0, 2), (argv, code, err)
         assert "Traceback" not in err
+        if code == 2:
+            assert err.startswith("ambiqa: error:") or err.startswith("usage:"), err
+            assert err.startswith("usage:") or any(w in err for w in named), (argv, err)
 
 
 @pytest.mark.parametrize("question", ["", "   \t\n", "q" * MB, "\x00\x01\x02", "\ud800?"],
@@ -198,19 +222,23 @@ def test_cli_export_of_a_broken_artifact_is_one_line(tmp_path, payload):
     bad.write_bytes(payload)
     code, err = _main(["export", str(bad)])
     assert code == 2 and "Traceback" not in err
+    assert str(bad) in err, err  # names the file
     assert len([line for line in err.splitlines() if line.strip()]) <= 2  # message + fix
 
 
 def test_cli_user_errors_in_a_subprocess_print_no_traceback(tmp_path):
     """The same through the real entry point (exit status, stderr), a few representative."""
     env = cli_env(tmp_path)
-    for argv in (["evaluate", "closed_book", "--data", "nope:dev", "--out", str(tmp_path / "r")],
-                 ["export", str(tmp_path / "missing.json")],
-                 ["index", str(tmp_path / "missing.jsonl"), "--name", "x"],
-                 ["ask", "   ", "--program", "closed_book"]):
+    for argv, named in (
+            (["evaluate", "closed_book", "--data", "nope:dev", "--out", str(tmp_path / "r")],
+             "'nope'"),
+            (["export", str(tmp_path / "missing.json")], "missing.json"),
+            (["index", str(tmp_path / "missing.jsonl"), "--name", "x"], "missing.jsonl"),
+            (["ask", "   ", "--program", "closed_book"], "question")):
         res = run_cli(argv, env, timeout=120)
         assert res.returncode == 2, (argv, res.stderr)
         assert "Traceback" not in res.stderr and res.stderr.startswith("ambiqa: error:")
+        assert named in res.stderr.splitlines()[0], (named, res.stderr)
 
 
 # ---- prompt injection: passages are data ---------------------------------------------------
@@ -225,7 +253,9 @@ INJECTIONS = [
 @FEW
 @given(injection=st.sampled_from(INJECTIONS) | nasty_text,
        padding=st.text(alphabet=string.ascii_letters + " ", max_size=40))
-def test_injected_passage_stays_inside_the_passages_field(use_lm, injection, padding):
+def test_injected_passage_stays_inside_the_passages_field(use_lm, record_property, injection,
+                                                          padding):
+    _count(record_property, "injection")
     from ambiqa.programs.vanilla_rag import VanillaRAG
     from ambiqa.retrieval.base import InMemoryRetriever
     from ambiqa.testing import parse_fields, scripted_lm

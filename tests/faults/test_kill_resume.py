@@ -1,6 +1,15 @@
 """Kill and resume: SIGKILL ``ambiqa evaluate``, ``compile``, ``index`` (and ``tune``) at
-random points, several seeds, then check that nothing is torn and that a resumed run equals an
-uninterrupted one.
+random points *inside their work*, several seeds, then check that nothing is torn and that a
+resumed run equals an uninterrupted one.
+
+Every kill is triggered by an event that proves the process is mid-work -- some but not all
+result rows written (evaluate), some but not all of the compile loop's LM calls served by the
+endpoint (compile), the temporary build directory present (index), some but not all trials
+reported complete (tune) -- and each test asserts the process was still running when killed,
+so no case passes by killing during imports or after completion. "Data lost" is computed by
+comparing what the resumed run holds with an uninterrupted reference run (rows missing,
+recorded twice or different; artifacts or indexes that differ; trials finished before the
+kill that are gone or changed after the resume) and recorded before it is asserted to be 0.
 
 What each command promises:
 
@@ -34,22 +43,29 @@ SEEDS = (0, 1, 2)
 N_EVAL = 10
 
 
-def _popen(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+def _popen(args: list[str], env: dict[str, str], stdout: int = subprocess.DEVNULL,
+           ) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ambiqa.cli", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=stdout, stderr=subprocess.DEVNULL, text=True)
 
 
-def _kill_when(proc: subprocess.Popen, ready, max_wait: float) -> bool:
-    """SIGKILL ``proc`` as soon as ``ready()`` is true (or ``max_wait`` passes). Returns
-    whether it was still running when killed."""
+def _kill_when(proc: subprocess.Popen, ready, max_wait: float) -> tuple[bool, bool]:
+    """SIGKILL ``proc`` as soon as ``ready()`` is true. Returns ``(alive, ready)``: whether
+    it was still running when killed, and whether the mid-work condition held then.
+    (``ready`` watches the files or counters the process writes; the 10 ms loop only
+    samples them.)"""
     end = time.monotonic() + max_wait
-    while time.monotonic() < end and proc.poll() is None and not ready():
+    hit = False
+    while time.monotonic() < end and proc.poll() is None:
+        hit = bool(ready())
+        if hit:
+            break
         time.sleep(0.01)
     alive = proc.poll() is None
     if alive:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    return alive
+    return alive, hit
 
 
 def _lines(path: Path) -> int:
@@ -76,13 +92,40 @@ def _check_no_torn_files(run_dir: Path) -> int:
     return rows
 
 
-def _comparable(run_dir: Path) -> dict[str, dict]:
-    out = {}
-    for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        assert row["id"] not in out, f"example {row['id']} recorded twice"
-        out[row["id"]] = {k: row.get(k) for k in ("question", "prediction", "error", "metrics")}
+def _rows(run_dir: Path) -> list[tuple[str, dict]]:
+    out = []
+    path = run_dir / "results.jsonl"
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.append((str(row["id"]), {k: row.get(k) for k in ("question", "prediction",
+                                                                "error", "metrics")}))
     return out
+
+
+def _comparable(run_dir: Path) -> dict[str, dict]:
+    return dict(_rows(run_dir))
+
+
+def rows_lost(got: list[tuple[str, dict]], reference: dict[str, dict]) -> int:
+    """Rows lost against an uninterrupted reference: ids missing, ids recorded more than once
+    (each extra copy), and rows whose content differs."""
+    seen: dict[str, int] = {}
+    lost = 0
+    for id_, row in got:
+        seen[id_] = seen.get(id_, 0) + 1
+        if seen[id_] > 1 or reference.get(id_) != row:
+            lost += 1
+    lost += sum(1 for id_ in reference if id_ not in seen)
+    return lost
+
+
+def test_rows_lost_counts_missing_duplicated_and_different_rows():
+    ref = {"a": {"x": 1}, "b": {"x": 2}, "c": {"x": 3}}
+    assert rows_lost(list(ref.items()), ref) == 0
+    assert rows_lost([("a", {"x": 1}), ("a", {"x": 1}), ("b", {"x": 9})], ref) == 3
 
 
 # ---- evaluate ------------------------------------------------------------------------------
@@ -92,7 +135,7 @@ def slow_endpoint():
     from tests.faults.conftest import _load_fake_server
 
     url, shutdown = _load_fake_server().serve(delay=0.15)
-    yield url
+    yield url, shutdown.server   # the server counts the requests it has served
     shutdown()
 
 
@@ -104,41 +147,39 @@ def _eval_args(out: Path, url: str, resume: bool = False) -> list[str]:
 
 def test_evaluate_killed_at_random_points_resumes_to_the_same_results(
         tmp_path, slow_endpoint, shared_data, record_property):
+    url, _ = slow_endpoint
     env = cli_env(tmp_path)
     ref = tmp_path / "reference"
-    res = run_cli(_eval_args(ref, slow_endpoint), env, timeout=180)
+    res = run_cli(_eval_args(ref, url), env, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     expected = _comparable(ref)
     assert len(expected) == N_EVAL
-    killed_mid_run = 0
+    lost = 0
+    record_property("runs", len(SEEDS))
     for seed in SEEDS:
         rng = random.Random(seed)
         run = tmp_path / f"run{seed}"
-        proc = _popen(_eval_args(run, slow_endpoint), env)
-        if seed == 0:  # a kill at a random moment (start-up, imports, first calls ...)
-            deadline = time.monotonic() + rng.uniform(0.5, 4.0)
-            ready = lambda d=deadline: time.monotonic() >= d  # noqa: E731
-        else:  # a kill after a random number of finished examples, calls in flight
-            target = rng.randint(1, N_EVAL - 2)
-            ready = lambda t=target, r=run: _lines(r / "results.jsonl") >= t  # noqa: E731
-        was_running = _kill_when(proc, ready, max_wait=60)
+        proc = _popen(_eval_args(run, url), env)
+        # kill once a random number of examples is recorded: calls in flight, rows pending
+        target = rng.randint(1, N_EVAL - 2)
+        alive, hit = _kill_when(proc, lambda t=target, r=run: _lines(r / "results.jsonl") >= t,
+                                max_wait=60)
         done_before = _lines(run / "results.jsonl")
-        killed_mid_run += was_running and 0 < done_before < N_EVAL
-        if run.exists():
-            _check_no_torn_files(run)
-        resumed = run_cli(_eval_args(run, slow_endpoint, resume=run.joinpath("run.json")
-                                     .exists()), env, timeout=180)
+        assert alive and hit, f"seed {seed}: the kill did not land mid-run"
+        assert 0 < done_before < N_EVAL, f"seed {seed}: {done_before} rows at the kill"
+        _check_no_torn_files(run)
+        resumed = run_cli(_eval_args(run, url, resume=True), env, timeout=180)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         _check_no_torn_files(run)
-        assert _comparable(run) == expected, f"seed {seed}: resumed run differs"
-    assert killed_mid_run >= 1, "no kill landed mid-run; the test proved nothing"
-    record_property("cases", len(SEEDS))
-    record_property("data_lost", 0)
+        lost += rows_lost(_rows(run), expected)
+        record_property("data_lost", lost)
+    assert lost == 0, f"{lost} rows lost or changed against the uninterrupted run"
 
 
 def test_evaluate_torn_last_line_is_repaired_on_resume(tmp_path, slow_endpoint, shared_data,
                                                        record_property):
     """The worst a kill can do to results.jsonl is a partial last line; resume repairs it."""
+    slow_endpoint, _ = slow_endpoint
     env = cli_env(tmp_path)
     run = tmp_path / "run"
     assert run_cli(_eval_args(run, slow_endpoint), env, timeout=180).returncode == 0
@@ -148,8 +189,9 @@ def test_evaluate_torn_last_line_is_repaired_on_resume(tmp_path, slow_endpoint, 
     (run / "results.jsonl").write_bytes(torn)
     res = run_cli(_eval_args(run, slow_endpoint, resume=True), env, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert _comparable(run) == expected
-    record_property("data_lost", 0)
+    lost = rows_lost(_rows(run), expected)
+    record_property("data_lost", lost)
+    assert lost == 0
 
 
 # ---- compile -------------------------------------------------------------------------------
@@ -164,34 +206,47 @@ def test_compile_killed_leaves_no_half_written_artifact(tmp_path, slow_endpoint,
     from ambiqa.cli.optimize_cmds import load_for_export
     from ambiqa.optimizers.artifact import read_artifact
 
+    url, server = slow_endpoint
     env = cli_env(tmp_path)
     ref = tmp_path / "ref.json"
-    t0 = time.monotonic()
-    res = run_cli(_compile_args(ref, slow_endpoint), env, timeout=180)
+    before = server.served
+    res = run_cli(_compile_args(ref, url), env, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
-    full = time.monotonic() - t0
-    read_artifact(ref)
+    calls = server.served - before   # the compile loop's LM calls (one request each)
+    assert calls >= 3, calls
+    reference = read_artifact(ref)["state"]
+    lost = 0
+    record_property("runs", len(SEEDS))
     for seed in SEEDS:
         rng = random.Random(100 + seed)
         out = tmp_path / f"a{seed}" / "prog.json"
         if seed == 2:  # a previous artifact exists: a killed recompile must leave it intact
             out.parent.mkdir(parents=True)
             out.write_bytes(ref.read_bytes())
-        proc = _popen(_compile_args(out, slow_endpoint), env)
-        deadline = time.monotonic() + rng.uniform(0.3, full * 1.05)
-        _kill_when(proc, lambda d=deadline: time.monotonic() >= d, max_wait=60)
+        # inside the compile loop: after k of its LM calls were served, before the last one
+        k = rng.randint(1, calls - 1)
+        start = server.served
+        proc = _popen(_compile_args(out, url), env)
+        alive, hit = _kill_when(proc, lambda s0=start, k=k: server.served - s0 >= k,
+                                max_wait=120)
+        served = server.served - start
+        assert alive and hit, f"seed {seed}: the kill did not land inside the compile loop"
+        assert 1 <= served < calls, (seed, served, calls)
         if out.exists():  # complete or absent, never torn
             read_artifact(out)
             load_for_export(str(out))
+            if seed == 2:
+                lost += read_artifact(out)["state"] != reference
+        else:
+            lost += seed == 2  # the previous artifact was destroyed
         visible = [p for p in out.parent.glob("*") if not p.name.startswith(".")] \
             if out.parent.exists() else []
         assert visible in ([], [out]), visible
-        res = run_cli(_compile_args(out, slow_endpoint), env, timeout=180)
+        res = run_cli(_compile_args(out, url), env, timeout=180)
         assert res.returncode == 0, res.stderr[-2000:]
-        doc = read_artifact(out)
-        assert doc["state"] == read_artifact(ref)["state"]  # same demos as an unkilled run
-    record_property("cases", len(SEEDS))
-    record_property("data_lost", 0)
+        lost += read_artifact(out)["state"] != reference  # same demos as an unkilled run
+        record_property("data_lost", lost)
+    assert lost == 0, f"{lost} artifacts differ from the uninterrupted compile's"
 
 
 # ---- index ---------------------------------------------------------------------------------
@@ -217,34 +272,43 @@ def test_index_killed_leaves_no_half_index_that_loads(tmp_path, tiny_corpus, rec
 
     env = cli_env(tmp_path)
     root = tmp_path / "ix"
-    t0 = time.monotonic()
     res = run_cli(_index_args(tiny_corpus, root), env, timeout=400)
     if res.returncode != 0:
         pytest.fail(f"reference index build failed: {res.stderr[-1500:]}")
-    full = time.monotonic() - t0
     reference = ColBERTRetriever.load(root, "tiny").fingerprint
+    lost = 0
+    record_property("runs", len(SEEDS))
     for seed in SEEDS:
         rng = random.Random(200 + seed)
         r = tmp_path / f"ix{seed}"
+        r.mkdir()
         if seed == 2:  # an older complete index of that name must survive a killed rebuild
             import shutil
 
             shutil.copytree(root / "tiny", r / "tiny")
         proc = _popen(_index_args(tiny_corpus, r), env)
-        deadline = time.monotonic() + rng.uniform(1.0, full * 0.95)
-        _kill_when(proc, lambda d=deadline: time.monotonic() >= d, max_wait=400)
+        # mid-build: the temporary build directory exists and holds a random number of files
+        # (collection written, then the indexer's outputs appear one by one)
+        want = rng.randint(1, 3)
+
+        def building(r=r, want=want) -> bool:
+            tmps = [p for p in r.glob("tiny.tmp-*") if p.is_dir()]
+            return bool(tmps) and sum(1 for _ in tmps[0].iterdir()) >= want
+
+        alive, hit = _kill_when(proc, building, max_wait=400)
+        assert alive and hit, f"seed {seed}: the kill did not land during the build"
         try:
             got = ColBERTRetriever.load(r, "tiny")
-            assert got.fingerprint == reference   # only a complete index ever loads
+            lost += got.fingerprint != reference  # only a complete index ever loads
         except IndexError_:
-            assert seed != 2, "a killed rebuild destroyed the previous index"
+            lost += seed == 2  # a killed rebuild destroyed the previous index
         res = run_cli(_index_args(tiny_corpus, r), env, timeout=400)
         assert res.returncode == 0, res.stderr[-1500:]
-        assert ColBERTRetriever.load(r, "tiny").fingerprint == reference
+        lost += ColBERTRetriever.load(r, "tiny").fingerprint != reference
         leftovers = [p.name for p in r.iterdir() if p.name != "tiny"]
         assert not leftovers, f"stale build directories left: {leftovers}"
-    record_property("cases", len(SEEDS))
-    record_property("data_lost", 0)
+        record_property("data_lost", lost)
+    assert lost == 0, f"{lost} index states differ from the uninterrupted build"
 
 
 # ---- tune ----------------------------------------------------------------------------------
@@ -258,40 +322,58 @@ def _tune_args(db: Path, out: Path, url: str) -> list[str]:
 
 
 def test_tune_kill_and_resume(tmp_path, slow_endpoint, record_property):
-    """Kill ``ambiqa tune`` at random points; rerunning the same command resumes the study
-    until ``--trials`` trials are complete. The SQLite study stays intact, the best-trial
-    artifact is complete or absent, never torn. (Trials killed mid-way stay RUNNING or FAIL
-    in the study and are not counted; the sampler's later choices may differ from an
-    uninterrupted run's, so equality is checked on the invariants, not on the parameters.)"""
+    """Kill ``ambiqa tune`` after some but not all trials completed; rerunning the same
+    command resumes the study until ``--trials`` trials are complete. The SQLite study stays
+    intact, the best-trial artifact is complete or absent, never torn, and every trial that
+    was complete before the kill is still there, unchanged, after the resume (lost
+    otherwise). Trials killed mid-way stay RUNNING or FAIL and are not counted; the sampler's
+    later choices may differ from an uninterrupted run's, so the comparison is on the
+    finished trials, not on the parameters of later ones."""
     import sqlite3
+    import threading
 
     import optuna
 
-    from ambiqa.cli import build_parser
     from ambiqa.optimizers.artifact import read_artifact
 
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    if "tune" not in sub.choices:
-        pytest.skip("`ambiqa tune` does not exist yet")
+    url, _ = slow_endpoint
     env = cli_env(tmp_path)
+    lost = 0
+    record_property("runs", 2)
     for seed in SEEDS[:2]:
         rng = random.Random(300 + seed)
         db, out = tmp_path / f"t{seed}.db", tmp_path / f"best{seed}.json"
-        proc = _popen(_tune_args(db, out, slow_endpoint), env)
-        deadline = time.monotonic() + rng.uniform(2.0, 12.0)
-        _kill_when(proc, lambda d=deadline: time.monotonic() >= d, max_wait=120)
+        proc = _popen(_tune_args(db, out, url), env, stdout=subprocess.PIPE)
+        k = rng.randint(1, TUNE_TRIALS - 1)
+        finished = threading.Event()
+        lines: list[str] = []
+
+        def read(proc=proc, k=k, finished=finished, lines=lines) -> None:
+            for line in iter(proc.stdout.readline, ""):  # one line per finished trial
+                lines.append(line)
+                if sum(": complete value" in ln for ln in lines) >= k:
+                    finished.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        alive, hit = _kill_when(proc, finished.is_set, max_wait=120)
+        assert alive and hit, f"seed {seed}: the kill did not land between trials {lines}"
         if out.exists():
             read_artifact(out)
-        if db.exists():
-            con = sqlite3.connect(db)
-            assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            con.close()
-        res = run_cli(_tune_args(db, out, slow_endpoint), env, timeout=300)
+        con = sqlite3.connect(db)
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        con.close()
+        storage = f"sqlite:///{db}"
+        before = {t.number: (t.value, t.params) for t in optuna.load_study(
+            study_name="s", storage=storage).get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE}
+        assert k <= len(before) < TUNE_TRIALS, (k, before)
+        res = run_cli(_tune_args(db, out, url), env, timeout=300)
         assert res.returncode == 0, res.stderr[-2000:]
-        study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
-        complete = [t for t in study.get_trials(deepcopy=False)
-                    if t.state == optuna.trial.TrialState.COMPLETE]
-        assert len(complete) >= TUNE_TRIALS
+        study = optuna.load_study(study_name="s", storage=storage)
+        after = {t.number: (t.value, t.params) for t in study.get_trials(deepcopy=False)
+                 if t.state == optuna.trial.TrialState.COMPLETE}
+        lost += sum(1 for n, v in before.items() if after.get(n) != v)
+        assert len(after) == TUNE_TRIALS
         assert read_artifact(out)["manifest"]["optuna"]["study"] == "s"
-    record_property("cases", 2)
-    record_property("data_lost", 0)
+        record_property("data_lost", lost)
+    assert lost == 0, f"{lost} trials finished before the kill were lost or changed"

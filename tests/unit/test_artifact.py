@@ -194,3 +194,98 @@ def test_exported_prompt_is_what_dspy_sends(use_lm, demo_retriever):
 
 def test_load_is_exposed_at_top_level():
     assert ambiqa.load is not None and callable(ambiqa.load)
+
+
+# ---- artifacts carry prompts, not endpoints ---------------------------------------------------
+@pytest.mark.parametrize("mutate, message", [
+    (lambda s: s["clarify.clarify"].update(lm={"model": "openai/gpt-4o",
+                                               "api_base": "http://elsewhere:8000/v1"}),
+     "predictor clarify.clarify carries an lm entry"),
+    (lambda s: s["long_answer.write"].update(callbacks=["x"]),
+     "predictor long_answer.write has unknown state key.*callbacks"),
+    (lambda s: s.pop("long_answer.write"), "missing predictor.*long_answer.write"),
+    (lambda s: s.update({"judge.predict": dict(s["clarify.clarify"])}),
+     "unknown predictor.*judge.predict"),
+    (lambda s: s["clarify.clarify"]["signature"].update(model="x"),
+     "predictor clarify.clarify signature has unknown key.*model"),
+    (lambda s: s["clarify.clarify"].update(demos="not a list"),
+     "predictor clarify.clarify demos must be a list"),
+])
+def test_crafted_predictor_state_is_refused_naming_it(tmp_path, use_lm, demo_retriever, mutate,
+                                                      message):
+    use_lm(vanilla_rag_lm())
+    compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                  optimizer="labeled", k=1)
+    path = save_artifact(tmp_path / "a.json", compiled, _manifest(demo_retriever))
+    doc = json.loads(path.read_text())
+    assert set(doc["state"]["clarify.clarify"]) <= {"demos", "traces", "train", "signature",
+                                                    "fields", "lm"}
+    assert doc["state"]["clarify.clarify"]["lm"] is None
+    load_artifact(path, retriever=demo_retriever)  # the untouched file loads
+    mutate(doc["state"])
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(path, retriever=demo_retriever)
+    with pytest.raises(ArtifactError, match=message):  # the export path validates the same
+        from ambiqa.cli.optimize_cmds import load_for_export
+
+        load_for_export(str(path))
+
+
+def test_a_predictor_lm_is_not_saved(tmp_path, demo_retriever, caplog):
+    import dspy
+
+    program = VanillaRAG(demo_retriever)
+    program.clarify.clarify.lm = dspy.LM("openai/some-other-model", api_base="http://x:1/v1")
+    path = save_artifact(tmp_path / "a.json", program, _manifest(demo_retriever))
+    assert "not saved" in caplog.text
+    state = json.loads(path.read_text())["state"]
+    assert all(entry["lm"] is None for entry in state.values())
+    loaded = load_artifact(path, retriever=demo_retriever)
+    assert all(p.lm is None for _, p in loaded.named_predictors())
+
+
+# ---- training splits only ---------------------------------------------------------------------
+def test_compile_program_refuses_dev_data_and_shared_ids_in_the_api(use_lm, demo_retriever):
+    use_lm(vanilla_rag_lm())
+    program = VanillaRAG(demo_retriever)
+    with pytest.raises(ConfigError, match="'demo:dev' is not a training split"):
+        compile_program(program, load_dataset("demo:dev"), optimizer="labeled")
+    with pytest.raises(ConfigError, match="'asqa:dev' is not a training split"):
+        compile_program(program, load_dataset("demo:train"), optimizer="labeled",
+                        train_spec="asqa:dev")
+    train = load_dataset("demo:train")
+    dev = load_dataset("demo:dev")
+    with pytest.raises(ConfigError, match="2 question id.*in both the training data"):
+        compile_program(program, train, optimizer="labeled", devset=[*dev, *train[:2]])
+    with pytest.raises(ConfigError, match="'demo:dev' is not a training split"):
+        compile_program(program, train, optimizer="bootstrap-rs", valset=dev,
+                        metric=dspy_metric("str-em"))
+    _, report = compile_program(program, train, optimizer="labeled", devset=dev)
+    assert report.data_guard["violations"] == []
+    assert report.data_guard["train_sources"] == ["demo:train"]
+    _, report = compile_program(program, dev, optimizer="labeled", allow_eval_splits=True)
+    assert report.data_guard["violations"] == ["'demo:dev' is not a training split"]
+
+
+def test_cli_research_flag_is_recorded_and_shown(tmp_path, capsys, caplog):
+    import logging
+
+    from ambiqa.cli import main
+
+    out = tmp_path / "cb.json"
+    assert main(["compile", "closed_book", "--train", "demo:dev", "--optimizer", "none",
+                 "--metric", "str-em", "--out", str(out)]) == 2
+    assert "not a training split" in capsys.readouterr().err and not out.exists()
+    assert main(["compile", "closed_book", "--train", "demo:dev", "--optimizer", "none",
+                 "--metric", "str-em", "--out", str(out), "--allow-eval-splits"]) == 0
+    guard = read_artifact(out)["manifest"]["data_guard"]
+    assert guard["allow_eval_splits"] is True and guard["violations"]
+    capsys.readouterr()
+    assert main(["export", str(out), "--format", "md"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("> WARNING: OPTIMIZED ON EVALUATION DATA")
+    assert "OPTIMIZED ON EVALUATION DATA" in captured.err
+    with caplog.at_level(logging.WARNING):
+        ambiqa.load(out)
+    assert "OPTIMIZED ON EVALUATION DATA" in caplog.text

@@ -66,6 +66,31 @@ def test_verify_export_matches_dspy_outputs_via_json_and_jinja(use_lm, demo_retr
     for via in ("json", "jinja"):
         results = verify_export(compiled, captured, lm, via=via)
         assert len(results) == 4 and all(r["match"] for r in results), results
+        assert all(r["prompt_match"] and r["output_match"] for r in results)
+
+
+def test_verify_export_fails_on_a_prompt_that_differs_from_what_dspy_sends(
+        use_lm, demo_retriever, monkeypatch):
+    """Same outputs are not enough: one changed character in the exported text is caught
+    by the exact prompt comparison, even though the scripted LM answers alike."""
+    import ambiqa.optimizers.export as export
+
+    lm = use_lm(_fake_lm())
+    compiled, _ = compile_program(VanillaRAG(demo_retriever), load_dataset("demo:train"),
+                                  optimizer="labeled", k=1)
+    captured = capture_inputs(compiled, [load_dataset("demo:dev")[0].question])
+    real_fill = export.fill
+
+    def drifted(messages, inputs):
+        out = real_fill(messages, inputs)
+        out[0]["content"] = out[0]["content"].replace("Your input fields", "Your inputs", 1)
+        return out
+
+    monkeypatch.setattr(export, "fill", drifted)
+    results = verify_export(compiled, captured, lm, via="json")
+    assert results and all(r["output_match"] for r in results)
+    assert not any(r["prompt_match"] or r["match"] for r in results)
+    assert "message 0 (system)" in results[0]["prompt_difference"]
 
 
 def test_uncompiled_export_is_allowed_and_marked(tmp_path, capsys):

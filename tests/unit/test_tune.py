@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import optuna
@@ -113,6 +112,23 @@ def test_bad_settings_are_clear_errors(tmp_path, use_lm, demo_retriever):
     assert redact_url("postgresql://u:secret@h:5432/db") == "postgresql://u:***@h:5432/db"
 
 
+def test_tune_refuses_dev_data_in_the_api_unless_flagged(tmp_path, use_lm, demo_retriever):
+    use_lm(_fake_lm())
+    with pytest.raises(ConfigError, match="refusing.*'demo:dev' is not a training split"):
+        tune(_cfg(tmp_path), load_dataset("demo:dev"), dspy_metric("str-em"),
+             retriever=demo_retriever)
+    with pytest.raises(ConfigError, match="'asqa:dev' is not a training split"):
+        tune(_cfg(tmp_path, train="asqa:dev"), load_dataset("demo:train"),
+             dspy_metric("str-em"), retriever=demo_retriever)
+    assert not (tmp_path / "t.db").exists()  # refused before any study was made
+    out = tmp_path / "dev.json"
+    tune(_cfg(tmp_path, trials=1, teleprompters=("labeled",), allow_eval_splits=True),
+         load_dataset("demo:dev"), dspy_metric("str-em"), retriever=demo_retriever, out=out)
+    guard = read_artifact(out)["manifest"]["data_guard"]
+    assert guard["allow_eval_splits"] and guard["violations"] == [
+        "'demo:dev' is not a training split"]
+
+
 def test_knn_trial_installs_per_predictor_k(tmp_path, use_lm, demo_retriever):
     use_lm(_fake_lm())
     out = tmp_path / "knn.json"
@@ -143,16 +159,18 @@ def test_killed_tune_process_resumes(tmp_path):
         proc = subprocess.Popen(_tune_cmd(url, db, out, 40), cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                                  daemon=True)
-        reader.start()
-        deadline = time.time() + 90
-        # the CLI prints one line per finished trial; never touch the DB while it starts up
-        while time.time() < deadline and proc.poll() is None:
-            done = sum(": complete value" in ln for ln in list(lines))
-            if done >= 2:
-                break
-            time.sleep(0.2)
+        two_done = threading.Event()
+
+        def read() -> None:  # the CLI prints one line per finished trial
+            for line in iter(proc.stdout.readline, ""):
+                lines.append(line)
+                if sum(": complete value" in ln for ln in lines) >= 2:
+                    two_done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        # wait for the event (never touch the DB while it starts up), not for a fixed time
+        assert two_done.wait(timeout=90), "".join(lines)[-2000:]
+        done = sum(": complete value" in ln for ln in lines)
         assert proc.poll() is None, "".join(lines)[-2000:]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
