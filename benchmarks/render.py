@@ -46,7 +46,8 @@ SECTIONS: list[str] = [
     "benchmarks/results/compare/TABLES.md",
     "benchmarks/results/rouge_splitter.md",
     "benchmarks/results/sections/compile.md",
-    "benchmarks/results/sections/faults.md",
+    "benchmarks/results/faults.md",
+    "benchmarks/results/methods_cost-fake.md",
     "benchmarks/results/sections/methods_cost.md",
 ]
 
