@@ -75,9 +75,12 @@ def format_passages(passages: list[Passage]) -> str:
 
 
 def format_pairs(pairs: list[Interpretation]) -> str:
+    """One ``- question -> answer`` line per pair; a reading with no answer yet (the
+    query-refinement baseline's) is listed as ``- question`` alone."""
     if not pairs:
         return "(none found)"
-    return "\n".join(f"- {p.question} -> {p.answer}" for p in pairs)
+    return "\n".join(f"- {p.question} -> {p.answer}" if str(p.answer or "").strip()
+                     else f"- {p.question}" for p in pairs)
 
 
 class AmbiqaProgram(dspy.Module):

@@ -25,14 +25,16 @@ class PseudoInterpretations(dspy.Signature):
     """Rewrite an ambiguous question into the specific questions it could stand for, guided
     by what is known to be ambiguous about it.
 
-    Write one question per reading that the reason points to. Each rewrite keeps the rest of
-    the original question, changes only what resolves the ambiguity (who, which one, what
-    sense, when, where), is a complete question with a single answer, and differs from the
-    other rewrites. Do not answer the questions."""
+    Write one question per reading that the reason points to; if no kind of ambiguity was
+    named, look for the readings yourself. Each rewrite keeps the rest of the original
+    question, changes only what resolves the ambiguity (who, which one, what sense, when,
+    where), is a complete question with a single answer, and differs from the other
+    rewrites. Do not answer the questions."""
 
     question: str = dspy.InputField(desc="the original, ambiguous question")
     ambiguity_type: str = dspy.InputField(
-        desc="the kind of ambiguity: AmbSub, AmbObj, AmbPred, AmbTime or AmbLoc")
+        desc="the kind of ambiguity: AmbSub, AmbObj, AmbPred, AmbTime, AmbLoc, or None if "
+             "none was named")
     reason: str = dspy.InputField(desc="why the question is ambiguous and which readings exist")
     interpretations: list[str] = dspy.OutputField(
         desc="the specific rewritten questions, one per reading")
