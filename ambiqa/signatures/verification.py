@@ -21,13 +21,13 @@ class SelfVerify(dspy.Signature):
     """Check one candidate reading of an ambiguous question before it is kept (Tree of
     Clarifications pruning, as the paper and its release do it).
 
-    You get the passage a proposed answer came from, the original question and the answer.
+    You get the original question, the passage a proposed answer came from, and the answer.
     Say True if, reading the passage, the answer could be a correct answer to the original
     question under some reading of it; say False if it answers something else or the passage
     does not back it."""
 
-    passage: str = dspy.InputField(desc="the evidence passage the answer came from")
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    passage: str = dspy.InputField(desc="the evidence passage the answer came from")
     answer: str = dspy.InputField(desc="the short answer proposed")
     valid: bool = dspy.OutputField(
         desc="True if the answer could be correct for the question, otherwise False")
@@ -37,13 +37,13 @@ class SelfVerifyStrict(dspy.Signature):
     """Check one candidate reading of an ambiguous question before it is kept (a stricter
     check than the Tree of Clarifications paper's).
 
-    You get the passage the answer came from, the original question, a more specific rewrite
-    of it and a short answer. Say True only if both hold: the rewrite still asks what the
-    original question asks (it narrows it down, it does not switch to a different or unrelated
-    fact), and the passage backs the answer to the rewrite. Otherwise say False."""
+    You get the original question, the passage the answer came from, a more specific rewrite
+    of the question and a short answer. Say True only if both hold: the rewrite still asks what
+    the original question asks (it narrows it down, it does not switch to a different or
+    unrelated fact), and the passage backs the answer to the rewrite. Otherwise say False."""
 
-    passage: str = dspy.InputField(desc="the evidence passage for that answer")
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    passage: str = dspy.InputField(desc="the evidence passage for that answer")
     interpretation: str = dspy.InputField(desc="a specific rewrite of the original question")
     answer: str = dspy.InputField(desc="the short answer proposed for the rewrite")
     valid: bool = dspy.OutputField(
