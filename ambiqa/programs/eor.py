@@ -46,7 +46,15 @@ Deviations (and why):
   ignored" means in practice and saves its LM calls; when collecting answers for tuning, run
   with every member active (the default equal weights are above the default t).
 * A member whose reader output cannot be parsed (or is empty), or whose PK document cannot be
-  produced, is dropped from the vote and recorded in ``failed_members`` and the trace.
+  produced, is dropped from the vote and recorded in ``failed_members`` and the trace. So is
+  a member left with no passage to read (its source returned nothing, or @CP dropped every
+  passage): it abstains instead of becoming one more answer from memory.
+* ``equivalence`` (App. C.4's ``s``) is a share of Σω^s, not an absolute similarity, so the
+  meaning of majority and plurality voting does not change as the weights are tuned.
+* The paper's hybrid source HB@RR is written ``(SE@10&Wiki@20)@RR@10`` (any parts, PK
+  included, merged and re-ranked together; :mod:`ambiqa.retrieval.pool`).
+
+The faithfulness table (paper step → code → test) is in ``docs/methods.md#eor``.
 * Concatenation (``&``) drops a passage already contributed by an earlier part (the local
   sources share one corpus, so overlaps would otherwise be read twice).
 """
@@ -64,7 +72,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, as_data, format_passages, safe_step
-from ambiqa.retrieval.pool import PoolMemo, PoolRetriever, SpecNode, parse_spec
+from ambiqa.retrieval.pool import NoRetrieval, PoolMemo, PoolRetriever, SpecNode, parse_spec
 from ambiqa.signatures.answering import BackgroundDocument, ShortAnswer
 from ambiqa.signatures.summarization import CompressForQuery
 from ambiqa.signatures.verification import JudgeEntailment
@@ -120,6 +128,14 @@ def similarity_matrices(answers: Sequence[str], metrics: Sequence[str], *, encod
 
 
 # ---- the voter (eq. 6-7, App. C.4) ----------------------------------------------------------
+def equivalence_cut(equivalence: float, metric_weights: Mapping[str, float]) -> float:
+    """The combined similarity above which two answers count as the same: ``equivalence``
+    is a share of the largest combined similarity, Σω^s (two identical answers), so
+    majority and plurality voting mean the same thing whatever the scale of the weights."""
+    total = sum(float(w) for w in metric_weights.values() if w)
+    return float(equivalence) * total
+
+
 def _pool(values: list[float], pooling: str, equivalence: float) -> float:
     if pooling == "mean":
         return sum(values) / len(values) if values else 0.0
@@ -138,8 +154,9 @@ def vote(member_answers: Mapping[str, str], similarities: Mapping[str, Sequence[
 
     ``similarities[metric]`` is an M×M matrix aligned with ``member_answers``' order.
     ``retriever_weights`` default to 1.0 per member; a member whose weight is not above
-    ``threshold`` neither wins nor votes (score 0.0). ``equivalence`` is the similarity above
-    which two answers count as the same for majority and plurality voting (App. C.4's ``s``).
+    ``threshold`` neither wins nor votes (score 0.0). ``equivalence`` (App. C.4's ``s``) is the
+    share of Σω^s above which two answers count as the same for majority and plurality voting
+    (:func:`equivalence_cut`), so scaling every metric weight by one factor changes no vote.
     Returns ``(winning spec or None if no member is active, {spec: score})``; ties go to the
     first member in order.
     """
@@ -165,12 +182,13 @@ def vote(member_answers: Mapping[str, str], similarities: Mapping[str, Sequence[
     w = [float(weights.get(spec, 1.0)) for spec in members]
     active = [i for i in range(m) if w[i] > threshold]
     others = {i: [float(combined[i, j]) for j in active if j != i] for i in active}
+    cut = equivalence_cut(equivalence, metric_weights)
     if pooling == "plurality":
-        counts = {i: sum(v > equivalence for v in others[i]) for i in active}
+        counts = {i: sum(v > cut for v in others[i]) for i in active}
         top = max(counts.values(), default=0)
         pooled = {i: float(counts[i] == top) for i in active}
     else:
-        pooled = {i: _pool(others[i], pooling, equivalence) for i in active}
+        pooled = {i: _pool(others[i], pooling, cut) for i in active}
     scores = {spec: 0.0 for spec in members}
     for i in active:
         scores[members[i]] = round(w[i] * pooled[i], 9)
@@ -360,10 +378,16 @@ class EoR(AmbiqaProgram):
 
         def answer(spec: str) -> tuple[str, list[Passage], str]:
             """(answer, passages, failure reason) for one member: retrieve, then read."""
+            node = self._nodes[spec]
             try:
-                passages = pool.run(self._nodes[spec], question, memo)
+                passages = pool.run(node, question, memo)
             except _StepFailed as exc:
                 return "", [], str(exc)
+            if not passages and not isinstance(node, NoRetrieval):
+                # its source found nothing or compression dropped every passage: reading an
+                # empty context would only add one more vote from memory (PK and ReFree
+                # already vote from memory, on purpose), so the member abstains
+                return "", [], "no passages to read (empty source or all compressed away)"
             pred = safe_step(f"eor.reader[{spec}]", lambda: self.reader(
                 question=question, passages=format_passages(passages)), None)
             if pred is None:
