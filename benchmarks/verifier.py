@@ -110,7 +110,8 @@ def _lm_cost(trace: Any) -> dict[str, Any]:
             "output_tokens": s.get("output_tokens"), "events": s.get("events", [])}
 
 
-def run_question(ex: Any, diva: Any, encoder: Any) -> dict[str, Any]:
+def run_question(ex: Any, diva: Any, encoder: Any, interpretations: str = "diva",
+                 max_votes: int = 0) -> dict[str, Any]:
     from ambiqa.parallel import run_parallel
     from ambiqa.programs.base import format_passages, safe_step
     from ambiqa.programs.diva import PARTIAL, UNVERIFIED, USEFUL, USELESS
@@ -119,8 +120,12 @@ def run_question(ex: Any, diva: Any, encoder: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"id": ex.id, "question": ex.question}
     t0 = time.perf_counter()
     with track() as t_shared:
-        inferred = diva.infer(question=ex.question)
-        queries = inferred["interpretations"]
+        if interpretations == "gold":  # the annotated DQs: no LM call, exact silver labels
+            inferred = {"ambiguity_type": None,
+                        "interpretations": [qa["question"] for qa in ex.qa_pairs]}
+        else:
+            inferred = diva.infer(question=ex.question)
+        queries = inferred["interpretations"][: max_votes or None]
         kept = diva.prune(queries, diva.diversify(ex.question, queries))
     row["shared_s"] = round(time.perf_counter() - t0, 2)
     row["shared_cost"] = _lm_cost(t_shared)
@@ -129,6 +134,11 @@ def run_question(ex: Any, diva: Any, encoder: Any) -> dict[str, Any]:
     row["kept"] = [p.id for p in kept]
     context = format_passages(kept)
     labels, match, q_label = silver_labels(queries, ex.qa_pairs, context, encoder)
+    if interpretations == "gold":  # each DQ is its own gold pair
+        text = normalize_answer(context)
+        labels = [any(occurs(a, text) for a in qa["short_answers"])
+                  for qa in ex.qa_pairs[: len(queries)]]
+        match = list(range(len(queries)))
     row["silver"] = labels
     row["matched_pair"] = match
     row["silver_question"] = q_label
@@ -216,7 +226,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "# Diva's retrieval verifier against silver labels (issue 12 item 3)", "",
         f"n = {len(rows)} ASQA dev questions ({meta.get('data')}), "
         f"{arms['after']['votes']} votes; LM `{meta.get('lm')}`, retriever "
-        f"`{meta.get('index')}`; the typing, rewrites, retrieval and pruning are shared, only "
+        f"`{meta.get('index')}`; interpretations judged: "
+        f"{meta.get('interpretations', 'diva')} (max {meta.get('max_votes') or 'all'} per "
+        "question); the interpretations, retrieval and pruning are shared, only "
         "the verification differs. Silver label of a vote: a short answer of the gold "
         "disambiguated question nearest to the interpretation occurs in the kept passages; "
         "of a question: any gold short answer occurs there. Cells: value [95% bootstrap "
@@ -305,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", default="dense:wiki-dense")
     ap.add_argument("--lm", default="embedded")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--interpretations", choices=("diva", "gold"), default="diva",
+                    help="what the verifier judges: Diva's own pseudo-interpretations (typing "
+                         "and rewrite calls, labels by the nearest gold DQ) or the annotated "
+                         "DQs (no LM call before verification, exact labels)")
+    ap.add_argument("--max-votes", type=int, default=0,
+                    help="verify at most this many interpretations per question (0: all)")
     ap.add_argument("--report", action="store_true", help="only render the Markdown")
     ap.add_argument("--faithfulness", action="store_true",
                     help="print the paired Diva/ToC evaluate runs of items 1 and 6")
@@ -341,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/verifier.py " + shlex.join(
         argv if argv is not None else sys.argv[1:])
     meta = {"data": args.data, "n": args.n, "index": args.index, "lm": args.lm,
+            "interpretations": args.interpretations, "max_votes": args.max_votes,
             "command": command}
     atomic_write_text(meta_path, json.dumps(meta, indent=1) + "\n")
     examples = load_dataset(f"{args.data}:{args.n}")
@@ -352,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         if ex.id in done:
             continue
         t0 = time.perf_counter()
-        row = run_question(ex, diva, encoder)
+        row = run_question(ex, diva, encoder, args.interpretations, args.max_votes)
         append_row(args.out, row)
         print(f"[{i}/{len(examples)}] {time.perf_counter() - t0:.0f}s silver={row['silver']} "
               f"before={row['before']['votes']} after={row['after']['votes']}", flush=True)
