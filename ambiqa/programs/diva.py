@@ -1,6 +1,7 @@
 """Diva: diversify, verify, adapt (retrieval-augmented answering of ambiguous questions).
 
-See :class:`Diva` for the algorithm and every place this implementation departs from the paper.
+See :class:`Diva` for the algorithm and ``docs/methods.md#diva`` for every place this
+implementation departs from the paper.
 :class:`InferInterpretations` (ambiguity typing + pseudo-interpretations, eq. 3) is a module of
 its own because the query-refinement baseline reuses it.
 """

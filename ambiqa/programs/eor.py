@@ -24,39 +24,10 @@ Everything the weight search of Sec. 4.2 needs is in the prediction (member answ
 per-metric similarity matrices), and :func:`vote` re-scores them with any other weights without
 an LM call, so tuning ω^s, ω^r, t and the pooling costs nothing per trial.
 
-Deviations (and why):
-
-* Sources: the paper's Google search (SE) and its 2018 DPR Wikipedia index are not reachable
-  offline. ``Wiki`` is the program's ``retriever`` (ColBERT over the local corpus by default);
-  other local retrievers (``BM25``, ``Dense``) stand in for the extra sources via ``sources=``.
-* Re-ranking (@RR) uses the shared SentenceBERT encoder (all-MiniLM-L6-v2) over a deeper list
-  from the same source (``rerank_depth``), not WebGLM's retrained Contriever, which cannot be
-  downloaded here.
-* Compression (@CP) asks the LM for the query-relevant sentences of each passage separately,
-  not one summary of the whole concatenation: small local models handle one short document far
-  better than ten, and each compressed passage keeps its id for citation. It costs one LM call
-  per passage (memoized per question).
-* Similarity metrics: EM and token F1 (SQuAD normalization, from
-  :mod:`ambiqa.evaluation.metrics`), embedding cosine with MiniLM
-  (standing in for BERTScore), and optionally an LM judge of mutual entailment (standing in for
-  the DeBERTa-MNLI model; only run when its weight is non-zero or it is asked for, one call per
-  unordered pair of differing answers).
-* A member whose weight is at or below t is left out entirely: it is not run and its answer
-  does not vote for others. That is what "retrievers with small weights will be directly
-  ignored" means in practice and saves its LM calls; when collecting answers for tuning, run
-  with every member active (the default equal weights are above the default t).
-* A member whose reader output cannot be parsed (or is empty), or whose PK document cannot be
-  produced, is dropped from the vote and recorded in ``failed_members`` and the trace. So is
-  a member left with no passage to read (its source returned nothing, or @CP dropped every
-  passage): it abstains instead of becoming one more answer from memory.
-* ``equivalence`` (App. C.4's ``s``) is a share of Σω^s, not an absolute similarity, so the
-  meaning of majority and plurality voting does not change as the weights are tuned.
-* The paper's hybrid source HB@RR is written ``(SE@10&Wiki@20)@RR@10`` (any parts, PK
-  included, merged and re-ranked together; :mod:`ambiqa.retrieval.pool`).
-
-The faithfulness table (paper step → code → test) is in ``docs/methods.md#eor``.
-* Concatenation (``&``) drops a passage already contributed by an earlier part (the local
-  sources share one corpus, so overlaps would otherwise be read twice).
+The faithfulness table (paper step → code → test) and every deviation with its reason (an
+empty member abstains; ``equivalence`` is a share of Σω^s; local sources stand in for web
+search; @RR with MiniLM; per-passage @CP; metric stand-ins; ignored and failed members;
+the hybrid ``(A&PK&B)@RR@k``) are in ``docs/methods.md#eor``.
 """
 
 from __future__ import annotations

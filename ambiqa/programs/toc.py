@@ -1,8 +1,8 @@
 """Tree of Clarifications (ToC; Kim et al., EMNLP 2023) as an ambiqa program.
 
 Recursive retrieval-augmented clarification in a BFS tree, pruned by self-verification, then
-one long answer over the kept nodes. :class:`TreeOfClarifications` documents the paper's steps
-and every deviation.
+one long answer over the kept nodes. :class:`TreeOfClarifications` outlines the steps;
+``docs/methods.md#tree-of-clarifications`` maps each to code and test and lists the deviations.
 """
 
 from __future__ import annotations
