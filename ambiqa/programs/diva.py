@@ -20,7 +20,7 @@ from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.programs.steps import ClarifyStep, ClosedBookStep, LongAnswerStep
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
 from ambiqa.signatures.disambiguation import PseudoInterpretations
-from ambiqa.signatures.verification import VerifyInterpretation, parse_verdict
+from ambiqa.signatures.verification import VerifyRetrieval, parse_verdict
 from ambiqa.tracing import record_event
 from ambiqa.types import Passage
 
@@ -183,7 +183,7 @@ class Diva(AmbiqaProgram):
         self.lm_config = decoding_config(temperature, top_p, max_tokens)
         self.infer = InferInterpretations(max_interpretations, skip_unambiguous,
                                           lm_config=self.lm_config)
-        self.verify = dspy.Predict(VerifyInterpretation)
+        self.verify = dspy.Predict(VerifyRetrieval)
         self.clarify = ClarifyStep(lm_config=self.lm_config)
         self.long_answer = LongAnswerStep(lm_config=self.lm_config)
         self.closed_book = ClosedBookStep(lm_config=self.lm_config)

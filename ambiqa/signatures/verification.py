@@ -74,6 +74,24 @@ def parse_verdict(text: object) -> bool | None:
 
 
 class VerifyInterpretation(dspy.Signature):
+    """Decide whether the numbered passages are enough to answer a specific question.
+
+    Say True only when at least one passage states the answer itself; passages that are
+    merely on the same topic, or that answer a different reading of the question, do not
+    count."""
+
+    interpretation: str = dspy.InputField(desc="one specific, unambiguous question")
+    passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
+    supported: bool = dspy.OutputField(
+        desc="True if the passages contain the answer, otherwise False")
+
+
+# VerifyInterpretation above is the evaluation judge's grounding check (VerDICt App. A, in
+# ambiqa.evaluation.judge). Diva's retrieval verifier is the one below: a bare bool was what
+# the default 1.5B answered False to every time (docs/methods.md#diva).
+
+
+class VerifyRetrieval(dspy.Signature):
     """Decide whether the numbered passages answer a specific question.
 
     First copy the sentence from the passages that states the answer, with its passage

@@ -91,7 +91,7 @@ def _handlers(readings: list[str], supported: set[str], kind: str = "AmbObj") ->
         "TypeAmbiguity": {"reason": "'Weasley brothers' names several characters.",
                           "ambiguity_type": kind},
         "PseudoInterpretations": {"interpretations": readings},
-        "VerifyInterpretation": lambda inp: {
+        "VerifyRetrieval": lambda inp: {
             "evidence": "[1] quoted" if _value(inp, "interpretation") in supported else "none",
             "verdict": "yes" if _value(inp, "interpretation") in supported else "no"},
         "ClarifyFromPassages": {"pairs": [
@@ -162,14 +162,14 @@ def test_one_verification_and_one_search_per_interpretation(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY, FRED], supported={RON})))
     retriever = _retriever()
     out = _diva(retriever=retriever, k_per_query=2)(question=Q)
-    assert lm.engine.count("VerifyInterpretation") == 3
+    assert lm.engine.count("VerifyRetrieval") == 3
     asked = sorted(_value(inp, "interpretation") for sig, inp in lm.engine.calls
-                   if sig == "VerifyInterpretation")
+                   if sig == "VerifyRetrieval")
     assert asked == sorted([RON, PERCY, FRED])
     # eq. 4 unions over the interpretations; the question is not searched on its own
     assert retriever.searches == [(RON, 2), (PERCY, 2), (FRED, 2)]
     assert out.trace["retriever_calls"] == 3
-    assert out.trace["calls_by_module"]["VerifyInterpretation"] == 3
+    assert out.trace["calls_by_module"]["VerifyRetrieval"] == 3
     assert out.trace["lm_calls"] == 2 + 3 + 2  # type + rewrite, 3 verifications, clarify + write
 
 
@@ -190,7 +190,7 @@ def test_verifications_run_concurrently(use_lm, monkeypatch):
         return {"evidence": "none", "verdict": "yes"}
 
     handlers = _handlers([RON, PERCY, FRED], supported=set())
-    handlers["VerifyInterpretation"] = verify
+    handlers["VerifyRetrieval"] = verify
     use_lm(scripted_lm(handlers))
     out = _diva()(question=Q)
     assert missed == []
@@ -265,7 +265,7 @@ def test_no_passages_is_useless_without_verification_calls(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
     out = _diva(retriever=RecordingRetriever({}))(question=Q)
     assert out.verdict == "Useless" and out.path == "closed_book"
-    assert lm.engine.count("VerifyInterpretation") == 0
+    assert lm.engine.count("VerifyRetrieval") == 0
     assert any("no passages" in e for e in out.trace["events"])
 
 
@@ -307,7 +307,7 @@ def test_skip_unambiguous_option_gives_a_single_interpretation(use_lm):
     assert out.pseudo_interpretations == [question]
     assert lm.engine.count("PseudoInterpretations") == 0
     assert retriever.searches == [(question, 5)]
-    assert lm.engine.count("VerifyInterpretation") == 1
+    assert lm.engine.count("VerifyRetrieval") == 1
     assert out.verdict == "Useful" and out.path == "rag"
     assert out.interpretations == [{"question": question, "answer": "Paris",
                                     "passages": ["noise"]}]
@@ -352,7 +352,7 @@ def test_all_verifications_unparseable_take_the_rag_path(use_lm):
     """Issue 12 item 2: no parsed vote is no evidence against the passages (old: Useless and
     closed-book)."""
     handlers = _handlers([RON, PERCY], supported=set())
-    handlers["VerifyInterpretation"] = "cannot tell"
+    handlers["VerifyRetrieval"] = "cannot tell"
     lm = use_lm(scripted_lm(handlers))
     out = _diva()(question=Q)
     assert out.verdict == "Unverified" and out.path == "rag"
@@ -365,7 +365,7 @@ def test_all_verifications_unparseable_take_the_rag_path(use_lm):
 
 def test_unparsed_votes_abstain_and_the_verdict_counts_parsed_votes(use_lm):
     handlers = _handlers([RON, PERCY, FRED], supported=set())
-    handlers["VerifyInterpretation"] = lambda inp: (
+    handlers["VerifyRetrieval"] = lambda inp: (
         {"evidence": "[1] Rupert Grint played Ron Weasley.", "verdict": "Yes."}
         if _value(inp, "interpretation") == RON else {"evidence": "?", "verdict": "maybe"})
     lm = use_lm(scripted_lm(handlers))
@@ -380,7 +380,7 @@ def test_unparsed_votes_abstain_and_the_verdict_counts_parsed_votes(use_lm):
 
 def test_abstentions_do_not_hide_a_useless_verdict(use_lm):
     handlers = _handlers([RON, PERCY], supported=set())
-    handlers["VerifyInterpretation"] = lambda inp: (
+    handlers["VerifyRetrieval"] = lambda inp: (
         {"evidence": "none", "verdict": "No"} if _value(inp, "interpretation") == RON
         else "garbage")
     use_lm(scripted_lm(handlers))
@@ -402,18 +402,18 @@ def test_parse_verdict(text, expected):
 def test_verifier_reasons_before_its_verdict_and_sees_passages_first():
     """Issue 12 item 3 (evidence before the verdict, a one-word str verdict instead of a bool)
     and issue 13 item 2 (the passage block shared by a question's votes leads the prompt)."""
-    from ambiqa.signatures.verification import VerifyInterpretation
+    from ambiqa.signatures.verification import VerifyRetrieval
 
-    assert list(VerifyInterpretation.input_fields) == ["passages", "interpretation"]
-    assert list(VerifyInterpretation.output_fields) == ["evidence", "verdict"]
-    assert VerifyInterpretation.output_fields["verdict"].annotation is str
+    assert list(VerifyRetrieval.input_fields) == ["passages", "interpretation"]
+    assert list(VerifyRetrieval.output_fields) == ["evidence", "verdict"]
+    assert VerifyRetrieval.output_fields["verdict"].annotation is str
 
 
 def test_verification_prompt_puts_the_shared_passages_before_the_interpretation(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
     _diva()(question=Q)
     for sig, inp in lm.engine.calls:
-        if sig == "VerifyInterpretation":
+        if sig == "VerifyRetrieval":
             assert list(inp)[:2] == ["passages", "interpretation"]
 
 
@@ -427,7 +427,7 @@ def test_verification_reads_the_pruned_set_not_the_union(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON, PERCY})))
     out = _diva(encoder=encoder, top_k=1)(question=Q)
     assert out.pool_size == 3
-    verify_inputs = [inp for sig, inp in lm.engine.calls if sig == "VerifyInterpretation"]
+    verify_inputs = [inp for sig, inp in lm.engine.calls if sig == "VerifyRetrieval"]
     assert len(verify_inputs) == 2
     for inp in verify_inputs:
         assert PASSAGES["both"].text in inp["passages"]
