@@ -260,7 +260,17 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "question's silver label. `abstain_rate`: votes that could not be read (before: "
         "counted as no by the old program; here listed apart so both arms are scored alike "
         "— an abstained vote with a yes label counts as a miss in recall).", "",
-        "Command:", "", "```", meta.get("command", ""), "```", ""]
+        "Command:", "", "```", meta.get("command", ""), "```", "",
+        "Not run here (they do not fit the shared 2-core machine): the same measurement on "
+        "Diva's own pseudo-interpretations, and the paired program runs of issue 12 items 1 "
+        "(Diva with and without the skip on type None, n = 30) and 6 (ToC with the paper's and "
+        "the strict self-verification, n = 20):", "", "```",
+        "python benchmarks/verifier.py --n 30 --index dense:wiki-dense --interpretations diva "
+        "--out benchmarks/results/verifier-diva.jsonl",
+        "python benchmarks/verifier.py --faithfulness --run   # prints and runs:",
+        *("  " + shlex.join(c) for c in faithfulness_commands(
+            "dense:wiki-dense", "embedded", 30, 20, "runs/faithfulness")),
+        "```", ""]
     return "\n".join(lines)
 
 
