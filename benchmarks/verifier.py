@@ -229,9 +229,11 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"`{meta.get('index')}`; interpretations judged: "
         f"{meta.get('interpretations', 'diva')} (max {meta.get('max_votes') or 'all'} per "
         "question); the interpretations, retrieval and pruning are shared, only "
-        "the verification differs. Silver label of a vote: a short answer of the gold "
-        "disambiguated question nearest to the interpretation occurs in the kept passages; "
-        "of a question: any gold short answer occurs there. Cells: value [95% bootstrap "
+        "the verification differs. Silver label of a vote: a short answer of "
+        + ("that gold disambiguated question" if meta.get("interpretations") == "gold" else
+           "the gold disambiguated question nearest to the interpretation")
+        + " occurs in the kept passages; of a question: any gold short answer occurs there. "
+        "Cells: value [95% bootstrap "
         "interval over questions]; Δ = after − before, paired on the same questions.", "",
         "| measure | before | after | Δ (after − before) |", "|---|---|---|---|"]
     for k in keys:
@@ -254,13 +256,16 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "questions RAG-worthy (a gold answer in the kept passages).",
         f"Verification time per question: before {sec['before']:.1f} s "
         f"({out_tok['before']:.0f} output tokens), after {sec['after']:.1f} s "
-        f"({out_tok['after']:.0f} output tokens); shared step "
+        f"({out_tok['after']:.0f} output tokens; the passages lead its prompt, so llama.cpp's "
+        "prompt cache serves them to every vote after the first); shared step "
         f"{sum(r['shared_s'] for r in rows) / max(1, len(rows)):.1f} s.",
         "", "`path_accuracy`: share of questions whose path (RAG / closed-book) matches the "
         "question's silver label. `abstain_rate`: votes that could not be read (before: "
         "counted as no by the old program; here listed apart so both arms are scored alike "
         "— an abstained vote with a yes label counts as a miss in recall).", "",
-        "Command:", "", "```", meta.get("command", ""), "```", "",
+        *([f"Run note: {meta['note']}", ""] if meta.get("note") else []),
+        "Command (resumable: rerun it to add questions):", "", "```", meta.get("command", ""),
+        "```", "",
         "Not run here (they do not fit the shared 2-core machine): the same measurement on "
         "Diva's own pseudo-interpretations, and the paired program runs of issue 12 items 1 "
         "(Diva with and without the skip on type None, n = 30) and 6 (ToC with the paper's and "
