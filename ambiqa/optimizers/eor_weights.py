@@ -173,7 +173,7 @@ def vote_batch(cache: Cache, weights: dict[str, Any]) -> np.ndarray:
     active = cache.present & (wr > t)[None, :]
     others = active[:, None, :] & ~np.eye(m, dtype=bool)[None, :, :]
     count = others.sum(-1)
-    above = ((combined > eq) & others).sum(-1)
+    above = ((combined > eq * float(ws.sum())) & others).sum(-1)  # s is a share of Σω^s
     if pooling == "mean":
         pooled = np.where(count > 0, (combined * others).sum(-1) / np.maximum(count, 1), 0.0)
     elif pooling == "max":

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError, LMError, is_retryable_lm_error
+from pydantic import ValidationError
 
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import Retriever
@@ -75,9 +76,12 @@ def format_passages(passages: list[Passage]) -> str:
 
 
 def format_pairs(pairs: list[Interpretation]) -> str:
+    """One ``- question -> answer`` line per pair; a reading with no answer yet (the
+    query-refinement baseline's) is listed as ``- question`` alone."""
     if not pairs:
         return "(none found)"
-    return "\n".join(f"- {p.question} -> {p.answer}" for p in pairs)
+    return "\n".join(f"- {p.question} -> {p.answer}" if str(p.answer or "").strip()
+                     else f"- {p.question}" for p in pairs)
 
 
 class AmbiqaProgram(dspy.Module):
@@ -123,15 +127,18 @@ def safe_step(step: str, fn, default):
     """Run one LM step; if it cannot produce usable output, record the degradation in the trace
     and return ``default`` instead of failing the question.
 
-    "Cannot" means: the reply could not be parsed even after DSPy's JSON fallback (empty,
-    wrong layout, wrong type), or the LM stayed unreachable through every retry of
-    :class:`ambiqa.lm.ResilientEngine` (timeout, connection, rate limit, server error). Other
-    LM errors -- a wrong key, an unknown model, a bad request -- are not the question's fault
-    and not transient, so they propagate and stop the run with their own message.
+    "Cannot" means exactly two things: the reply could not be parsed even after DSPy's JSON
+    fallback (:class:`AdapterParseError`, or a pydantic ``ValidationError`` of a typed output
+    field), or the LM stayed unreachable through every retry of
+    :class:`ambiqa.lm.ResilientEngine` (a retryable :class:`LMError`: timeout, connection,
+    rate limit, server error). Anything else propagates: a wrong key, an unknown model or a bad
+    request is not the question's fault, and a ``ValueError``, ``TypeError`` or ``KeyError``
+    raised by our own code is a bug that must stop the run, not turn into a silently degraded
+    answer.
     """
     try:
         return fn()
-    except (AdapterParseError, ValueError) as exc:
+    except (AdapterParseError, ValidationError) as exc:
         record_event(step, f"degraded: {type(exc).__name__}: {str(exc)[:200]}")
         return default
     except LMError as exc:

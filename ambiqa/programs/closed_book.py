@@ -1,6 +1,7 @@
 """Closed-book baseline: the LM answers from its parameters alone (no retrieval).
 
 Used by every paper as the floor (Diva Table 1 "No retrieval", ToC "Closed-book").
+Faithfulness table: ``docs/methods.md#baselines``.
 """
 
 from __future__ import annotations

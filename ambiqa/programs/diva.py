@@ -1,6 +1,7 @@
 """Diva: diversify, verify, adapt (retrieval-augmented answering of ambiguous questions).
 
-See :class:`Diva` for the algorithm and every place this implementation departs from the paper.
+See :class:`Diva` for the algorithm and ``docs/methods.md#diva`` for every place this
+implementation departs from the paper.
 :class:`InferInterpretations` (ambiguity typing + pseudo-interpretations, eq. 3) is a module of
 its own because the query-refinement baseline reuses it.
 """
@@ -19,11 +20,19 @@ from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.programs.steps import ClarifyStep, ClosedBookStep, LongAnswerStep
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
 from ambiqa.signatures.disambiguation import PseudoInterpretations
-from ambiqa.signatures.verification import VerifyInterpretation
+from ambiqa.signatures.verification import VerifyRetrieval, parse_verdict
 from ambiqa.tracing import record_event
 from ambiqa.types import Passage
 
 USEFUL, PARTIAL, USELESS = "Useful", "PartialUseful", "Useless"
+#: Verdict when every verification vote abstained: nothing says the passages are bad, so the
+#: program keeps them (RAG path), as ToC keeps its passages and as the paper finds RAG better
+#: than closed-book overall.
+UNVERIFIED = "Unverified"
+
+#: The paper's decoding settings for every LLM call (App. A.4: max tokens 300, top-p 1.0,
+#: temperature 0.3).
+PAPER_DECODING: dict[str, float | int] = {"temperature": 0.3, "top_p": 1.0, "max_tokens": 300}
 
 # "1: ...", "2. ...", "DQ 3: ...", "- ...", "(4) ..." → the question alone.
 _ENUM = re.compile(r"^\s*(?:[-*•]+\s*)?(?:(?:DQ|Q)?\s*\(?\d+(?:[:)]\s*|[.\-]\s+))?",
@@ -34,6 +43,25 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def decoding_config(temperature: float, top_p: float, max_tokens: int) -> dict[str, Any]:
+    """Validated per-call LM settings, passed to each predictor as ``config=``.
+
+    ``top_p`` is sent only when it filters something (< 1): 1.0 is every engine's default, and
+    engines that do not know the parameter (the embedded one) would otherwise refuse it.
+    """
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or \
+            not 0.0 <= float(temperature) <= 2.0:
+        raise ConfigError(f"temperature must be a number in [0, 2], got {temperature!r}")
+    if not isinstance(top_p, int | float) or isinstance(top_p, bool) or \
+            not 0.0 < float(top_p) <= 1.0:
+        raise ConfigError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    cfg: dict[str, Any] = {"temperature": float(temperature),
+                           "max_tokens": _positive_int("max_tokens", max_tokens)}
+    if float(top_p) < 1.0:
+        cfg["top_p"] = float(top_p)
+    return cfg
 
 
 def clean_interpretations(items: object, limit: int) -> list[str]:
@@ -60,31 +88,41 @@ def clean_interpretations(items: object, limit: int) -> list[str]:
 class InferInterpretations(dspy.Module):
     """Eq. 3: type the ambiguity (with a reason), then rewrite the question per reading.
 
-    Returns ``{"ambiguity_type", "reason", "interpretations"}``. The question is its own only
-    interpretation when the type is ``None`` (no second call is made) and whenever a step's
-    output cannot be parsed or yields nothing usable (recorded as a trace event), so callers
-    always get at least one query to work with.
+    Returns ``{"ambiguity_type", "reason", "interpretations"}``. As in the paper, the question
+    is treated as ambiguous and the rewrite call always runs, also when the typing says
+    ``None`` or cannot be parsed (then the rewrite sees type ``None`` and whatever reason was
+    given). ``skip_unambiguous=True`` restores the shortcut of an earlier version: type
+    ``None`` → the question is its only interpretation and no rewrite call is made. The
+    question itself is the fallback whenever the rewrite yields nothing usable (recorded as a
+    trace event), so callers always get at least one query to work with.
     """
 
-    def __init__(self, max_interpretations: int = 8) -> None:
+    def __init__(self, max_interpretations: int = 8, skip_unambiguous: bool = False,
+                 lm_config: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.max_interpretations = _positive_int("max_interpretations", max_interpretations)
+        self.skip_unambiguous = bool(skip_unambiguous)
+        self.lm_config = dict(lm_config or {})
         self.type_ambiguity = dspy.Predict(TypeAmbiguity)
         self.pseudo_interpretations = dspy.Predict(PseudoInterpretations)
 
     def forward(self, question: str) -> dict[str, Any]:
-        typed = safe_step("type_ambiguity", lambda: self.type_ambiguity(question=question), None)
-        if typed is None:
-            return {"ambiguity_type": None, "reason": "", "interpretations": [question]}
-        kind = str(typed.ambiguity_type)
-        reason = " ".join(str(typed.reason or "").split())
-        if kind not in AMBIGUITY_TYPES:  # Literal parsing guarantees this; be safe anyway
-            record_event("type_ambiguity", f"degraded: unknown type {kind!r}")
-            return {"ambiguity_type": None, "reason": reason, "interpretations": [question]}
-        if kind == "None":
+        cfg = self.lm_config
+        typed = safe_step("type_ambiguity", lambda: self.type_ambiguity(
+            question=question, config=cfg), None)
+        kind: str | None = None
+        reason = ""
+        if typed is not None:
+            kind = str(typed.ambiguity_type)
+            reason = " ".join(str(typed.reason or "").split())
+            if kind not in AMBIGUITY_TYPES:  # Literal parsing guarantees this; be safe anyway
+                record_event("type_ambiguity", f"degraded: unknown type {kind!r}")
+                kind = None
+        if kind == "None" and self.skip_unambiguous:
             return {"ambiguity_type": kind, "reason": reason, "interpretations": [question]}
         pred = safe_step("pseudo_interpretations", lambda: self.pseudo_interpretations(
-            question=question, ambiguity_type=kind, reason=reason), None)
+            question=question, ambiguity_type=kind or "None",
+            reason=reason or "(no reason given)", config=cfg), None)
         found = ([] if pred is None else
                  clean_interpretations(pred.interpretations, self.max_interpretations))
         if not found:
@@ -96,57 +134,36 @@ class InferInterpretations(dspy.Module):
 
 
 class Diva(AmbiqaProgram):
-    """Diva (diversify-verify-adapt), Algorithm 1 of the paper, one step per line:
+    """Diva (diversify-verify-adapt), Algorithm 1 of the paper.
 
-    1. **Type the ambiguity** (eq. 3, inner call): one of AmbSub, AmbObj, AmbPred, AmbTime,
-       AmbLoc or None, with a reason.
-    2. **Pseudo-interpretations** (eq. 3, outer call): rewrite the question once per reading,
-       conditioned on the type and reason. Type None → the question is the only reading.
-    3. **Retrieval diversification** (eq. 4): the top ``k_per_query`` passages for every
-       pseudo-interpretation, unioned (deduplicated by passage id). As in eq. 4, the union is
-       over the interpretations; the question itself defines the paper's candidate pool C_i
-       (see ``candidates`` below) rather than adding passages of its own.
-    4. **Pruning** (eq. 5): score each passage in the union by its cosine similarity to each
-       pseudo-interpretation, averaged over all of them, with a sentence encoder; keep the
-       ``top_k`` best (the paper's |P_i| = 5). Passages carry that mean cosine as ``score``.
-    5. **Retrieval verification** (eq. 7): one LM call per pseudo-interpretation: can it be
-       answered from the kept passages (yes/no)? The calls are independent and run
-       concurrently. All yes → Useful, none → Useless, otherwise PartialUseful.
-    6. **Adaptive generation**: Useful or PartialUseful → RAG (eq. 1: clarify the question
-       into DQ/DA pairs from the kept passages, :class:`ClarifyStep`; eq. 2: write the long
-       answer from pairs and passages, :class:`LongAnswerStep`). Useless → closed-book answer
-       to the question alone (the paper's I_l prompt, :class:`ClosedBookStep`).
+    1. Type the ambiguity (eq. 3, inner call), with a reason; the question is presumed
+       ambiguous.
+    2. Pseudo-interpretations (eq. 3, outer call): always run.
+    3. Retrieval diversification (eq. 4): top ``k_per_query`` per interpretation, unioned.
+    4. Pruning (eq. 5): keep the ``top_k`` passages of highest mean cosine to all
+       interpretations.
+    5. Retrieval verification (eq. 7): one yes/no per interpretation against the kept passages
+       (concurrent); unreadable votes abstain; Useful / PartialUseful / Useless over the votes
+       that parsed, ``Unverified`` when none did.
+    6. Adaptive generation: Useless → closed-book (I_l); otherwise RAG (eq. 1 clarify, eq. 2
+       long answer from the pairs and passages).
 
-    Prediction extras: ``ambiguity_type``, ``reason``, ``pseudo_interpretations``,
-    ``pool_size`` (passages in the union), ``votes`` (``[{interpretation, supported}]``;
-    ``supported`` is null where the verifier's reply could not be parsed), ``verdict`` and
-    ``path`` (``"rag"`` | ``"closed_book"``).
+    The faithfulness table (paper step → code → test) and every deviation with its reason are
+    in ``docs/methods.md#diva``.
 
-    On the closed-book path ``interpretations`` is empty: the paper's closed-book prompt sees
-    only the question, so no interpretation is answered on its own; the unanswered readings
-    stay in ``pseudo_interpretations``. ``passages`` is the kept set on both paths (the
-    program read them to verify; it is what MRecall@k of the diversified retrieval measures).
-
-    Deviations from the paper, and why:
-
-    * Encoder: all-MiniLM-L6-v2 (the only SentenceBERT available offline here) instead of the
-      paper's SentenceBERT; injectable with ``encoder=`` (any object with ``.encode(texts)``).
-    * Retriever: the paper's C_i comes from ColBERT plus Bing for the question, and R in
-      eq. 4 reranks C_i with SentenceBERT. There is no web search here. By default
-      (``candidates=0``) the given retriever is R and searches the whole corpus once per
-      interpretation, i.e. C_i is the corpus. With ``candidates=N`` the paper's two stages
-      are reproduced: the retriever fetches N passages for the question (C_i) and the encoder
-      picks each interpretation's top ``k_per_query`` from them.
-    * Typing yields one label; the paper's prompt may list several types. One label keeps the
-      output a closed set a small model can emit and parse.
-    * ``max_interpretations`` (default 8) caps the rewrites kept: a cost guard against a small
-      model listing dozens, which the paper (GPT-4) did not need.
-    * Type None skips the rewrite call (the paper still runs it; its rewrite of an
-      unambiguous question is the question).
-    * An unparseable verification counts as "no" (null in ``votes``, recorded); if none
-      parses, the verdict is Useless and the closed-book path is taken.
-    * Prompts are our own wording with DSPy's field layout, zero-shot until compiled; the
-      paper used hand-written few-shot prompts chosen by nearest neighbour with GPT-3.5/4.
+    Args:
+        retriever: R of eq. 4 (by default it searches the whole corpus per interpretation).
+        k_per_query: K of eq. 4.
+        top_k: |P_i| of eq. 5 (paper: 5).
+        candidates: 0 (default): no separate C_i, R searches the corpus for each
+            interpretation. N > 0: the paper's two stages: the retriever fetches N passages
+            for the question (C_i) and the encoder picks each interpretation's top K from them.
+        max_interpretations: cost guard on the rewrites kept (a small model may list dozens).
+        encoder: Enc of eq. 5 (default all-MiniLM-L6-v2); any object with ``.encode(texts)``.
+        skip_unambiguous: skip the rewrite call for a question typed None (off, as the paper).
+        temperature, top_p, max_tokens: decoding of every LM call Diva makes. Defaults are the
+            paper's (0.3, 1.0, 300; App. A.4) so the program behaves as published; pass
+            ``temperature=0`` for runs that repeat exactly.
     """
 
     name = "diva"
@@ -155,22 +172,32 @@ class Diva(AmbiqaProgram):
     min_lm_rounds = 3
 
     def __init__(self, retriever=None, k_per_query: int = 5, top_k: int = 5,
-                 candidates: int = 0, max_interpretations: int = 8, encoder=None) -> None:
+                 candidates: int = 0, max_interpretations: int = 8, encoder=None,
+                 skip_unambiguous: bool = False,
+                 temperature: float = PAPER_DECODING["temperature"],
+                 top_p: float = PAPER_DECODING["top_p"],
+                 max_tokens: int = PAPER_DECODING["max_tokens"]) -> None:
         super().__init__(retriever)
         self.k_per_query = _positive_int("k_per_query", k_per_query)
         self.top_k = _positive_int("top_k", top_k)
         self.candidates = _positive_int("candidates", candidates, minimum=0)
         self.encoder = encoder
-        self.infer = InferInterpretations(max_interpretations)
-        self.verify = dspy.Predict(VerifyInterpretation)
-        self.clarify = ClarifyStep()
-        self.long_answer = LongAnswerStep()
-        self.closed_book = ClosedBookStep()
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.lm_config = decoding_config(temperature, top_p, max_tokens)
+        self.infer = InferInterpretations(max_interpretations, skip_unambiguous,
+                                          lm_config=self.lm_config)
+        self.verify = dspy.Predict(VerifyRetrieval)
+        self.clarify = ClarifyStep(lm_config=self.lm_config)
+        self.long_answer = LongAnswerStep(lm_config=self.lm_config)
+        self.closed_book = ClosedBookStep(lm_config=self.lm_config)
 
     def config(self) -> dict[str, Any]:
         return {"k_per_query": self.k_per_query, "top_k": self.top_k,
                 "candidates": self.candidates,
-                "max_interpretations": self.infer.max_interpretations}
+                "max_interpretations": self.infer.max_interpretations,
+                "skip_unambiguous": self.infer.skip_unambiguous,
+                "temperature": self.temperature, "top_p": self.top_p,
+                "max_tokens": self.max_tokens}
 
     # ---- helpers ---------------------------------------------------------------------------
     def _encode(self, texts: list[str]) -> np.ndarray:
@@ -215,26 +242,40 @@ class Diva(AmbiqaProgram):
         order = sorted(range(len(passages)), key=lambda i: (-scores[i], i))[: self.top_k]
         return [passages[i].with_score(float(scores[i])) for i in order]
 
+    def vote(self, query: str, context: str) -> tuple[bool | None, str]:
+        """One eq. 7 call: (True yes / False no / None abstain, the quoted evidence).
+
+        The passages come first in the prompt (shared by every vote of a question, so the
+        engine's prompt cache reuses them); the verdict comes after the quoted evidence, so
+        the small model looks for the answer before it decides.
+        """
+        pred = safe_step("verify", lambda: self.verify(
+            passages=context, interpretation=query, config=self.lm_config), None)
+        if pred is None:
+            return None, ""
+        supported = parse_verdict(pred.verdict)
+        if supported is None:
+            record_event("verify", f"abstained: unreadable verdict {str(pred.verdict)[:40]!r}")
+        return supported, " ".join(str(pred.evidence or "").split())
+
     def verify_all(self, queries: list[str], passages: list[Passage]
                    ) -> tuple[list[dict[str, Any]], str]:
-        """Eq. 7: one yes/no call per query against all kept passages, run concurrently."""
+        """Eq. 7 over the kept passages; the verdict counts only the votes that parsed."""
         if not passages:
             record_event("verify", "no passages retrieved; treating retrieval as Useless")
-            return [{"interpretation": q, "supported": False} for q in queries], USELESS
+            return [{"interpretation": q, "supported": False, "evidence": ""}
+                    for q in queries], USELESS
         context = format_passages(passages)
-
-        def check(query: str) -> bool | None:
-            pred = safe_step("verify", lambda: self.verify(
-                interpretation=query, passages=context), None)
-            return None if pred is None else bool(pred.supported)
-
-        results = run_parallel(check, queries)
-        votes = [{"interpretation": q, "supported": r}
-                 for q, r in zip(queries, results, strict=True)]
-        if all(r is None for r in results):
-            record_event("verify", "degraded: no verification parsed; treating as Useless")
-        yes = sum(1 for r in results if r is True)
-        verdict = USEFUL if yes == len(results) else USELESS if yes == 0 else PARTIAL
+        results = run_parallel(lambda q: self.vote(q, context), queries)
+        votes = [{"interpretation": q, "supported": r, "evidence": ev}
+                 for q, (r, ev) in zip(queries, results, strict=True)]
+        parsed = [r for r, _ in results if r is not None]
+        if not parsed:
+            record_event("verify", "every vote abstained; verdict Unverified, taking the RAG "
+                                   "path")
+            return votes, UNVERIFIED
+        yes = sum(parsed)
+        verdict = USEFUL if yes == len(parsed) else USELESS if yes == 0 else PARTIAL
         return votes, verdict
 
     # ---- Algorithm 1 -----------------------------------------------------------------------
@@ -244,7 +285,7 @@ class Diva(AmbiqaProgram):
         pool = self.diversify(question, queries)
         kept = self.prune(queries, pool)
         votes, verdict = self.verify_all(queries, kept)
-        if verdict in (USEFUL, PARTIAL):
+        if verdict != USELESS:
             path = "rag"
             pairs = self.clarify(question=question, passages=kept)
             answer = self.long_answer(question=question, pairs=pairs, passages=kept)
@@ -256,4 +297,5 @@ class Diva(AmbiqaProgram):
             "ambiguity_type": inferred["ambiguity_type"], "reason": inferred["reason"],
             "pseudo_interpretations": queries, "pool_size": len(pool),
             "votes": votes, "verdict": verdict, "path": path,
+            "abstained": sum(1 for v in votes if v["supported"] is None),
         }

@@ -24,31 +24,10 @@ Everything the weight search of Sec. 4.2 needs is in the prediction (member answ
 per-metric similarity matrices), and :func:`vote` re-scores them with any other weights without
 an LM call, so tuning ω^s, ω^r, t and the pooling costs nothing per trial.
 
-Deviations (and why):
-
-* Sources: the paper's Google search (SE) and its 2018 DPR Wikipedia index are not reachable
-  offline. ``Wiki`` is the program's ``retriever`` (ColBERT over the local corpus by default);
-  other local retrievers (``BM25``, ``Dense``) stand in for the extra sources via ``sources=``.
-* Re-ranking (@RR) uses the shared SentenceBERT encoder (all-MiniLM-L6-v2) over a deeper list
-  from the same source (``rerank_depth``), not WebGLM's retrained Contriever, which cannot be
-  downloaded here.
-* Compression (@CP) asks the LM for the query-relevant sentences of each passage separately,
-  not one summary of the whole concatenation: small local models handle one short document far
-  better than ten, and each compressed passage keeps its id for citation. It costs one LM call
-  per passage (memoized per question).
-* Similarity metrics: EM and token F1 (SQuAD normalization, from
-  :mod:`ambiqa.evaluation.metrics`), embedding cosine with MiniLM
-  (standing in for BERTScore), and optionally an LM judge of mutual entailment (standing in for
-  the DeBERTa-MNLI model; only run when its weight is non-zero or it is asked for, one call per
-  unordered pair of differing answers).
-* A member whose weight is at or below t is left out entirely: it is not run and its answer
-  does not vote for others. That is what "retrievers with small weights will be directly
-  ignored" means in practice and saves its LM calls; when collecting answers for tuning, run
-  with every member active (the default equal weights are above the default t).
-* A member whose reader output cannot be parsed (or is empty), or whose PK document cannot be
-  produced, is dropped from the vote and recorded in ``failed_members`` and the trace.
-* Concatenation (``&``) drops a passage already contributed by an earlier part (the local
-  sources share one corpus, so overlaps would otherwise be read twice).
+The faithfulness table (paper step → code → test) and every deviation with its reason (an
+empty member abstains; ``equivalence`` is a share of Σω^s; local sources stand in for web
+search; @RR with MiniLM; per-passage @CP; metric stand-ins; ignored and failed members;
+the hybrid ``(A&PK&B)@RR@k``) are in ``docs/methods.md#eor``.
 """
 
 from __future__ import annotations
@@ -64,7 +43,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, as_data, format_passages, safe_step
-from ambiqa.retrieval.pool import PoolMemo, PoolRetriever, SpecNode, parse_spec
+from ambiqa.retrieval.pool import NoRetrieval, PoolMemo, PoolRetriever, SpecNode, parse_spec
 from ambiqa.signatures.answering import BackgroundDocument, ShortAnswer
 from ambiqa.signatures.summarization import CompressForQuery
 from ambiqa.signatures.verification import JudgeEntailment
@@ -120,6 +99,14 @@ def similarity_matrices(answers: Sequence[str], metrics: Sequence[str], *, encod
 
 
 # ---- the voter (eq. 6-7, App. C.4) ----------------------------------------------------------
+def equivalence_cut(equivalence: float, metric_weights: Mapping[str, float]) -> float:
+    """The combined similarity above which two answers count as the same: ``equivalence``
+    is a share of the largest combined similarity, Σω^s (two identical answers), so
+    majority and plurality voting mean the same thing whatever the scale of the weights."""
+    total = sum(float(w) for w in metric_weights.values() if w)
+    return float(equivalence) * total
+
+
 def _pool(values: list[float], pooling: str, equivalence: float) -> float:
     if pooling == "mean":
         return sum(values) / len(values) if values else 0.0
@@ -138,8 +125,9 @@ def vote(member_answers: Mapping[str, str], similarities: Mapping[str, Sequence[
 
     ``similarities[metric]`` is an M×M matrix aligned with ``member_answers``' order.
     ``retriever_weights`` default to 1.0 per member; a member whose weight is not above
-    ``threshold`` neither wins nor votes (score 0.0). ``equivalence`` is the similarity above
-    which two answers count as the same for majority and plurality voting (App. C.4's ``s``).
+    ``threshold`` neither wins nor votes (score 0.0). ``equivalence`` (App. C.4's ``s``) is the
+    share of Σω^s above which two answers count as the same for majority and plurality voting
+    (:func:`equivalence_cut`), so scaling every metric weight by one factor changes no vote.
     Returns ``(winning spec or None if no member is active, {spec: score})``; ties go to the
     first member in order.
     """
@@ -165,12 +153,13 @@ def vote(member_answers: Mapping[str, str], similarities: Mapping[str, Sequence[
     w = [float(weights.get(spec, 1.0)) for spec in members]
     active = [i for i in range(m) if w[i] > threshold]
     others = {i: [float(combined[i, j]) for j in active if j != i] for i in active}
+    cut = equivalence_cut(equivalence, metric_weights)
     if pooling == "plurality":
-        counts = {i: sum(v > equivalence for v in others[i]) for i in active}
+        counts = {i: sum(v > cut for v in others[i]) for i in active}
         top = max(counts.values(), default=0)
         pooled = {i: float(counts[i] == top) for i in active}
     else:
-        pooled = {i: _pool(others[i], pooling, equivalence) for i in active}
+        pooled = {i: _pool(others[i], pooling, cut) for i in active}
     scores = {spec: 0.0 for spec in members}
     for i in active:
         scores[members[i]] = round(w[i] * pooled[i], 9)
@@ -363,10 +352,16 @@ class EoR(AmbiqaProgram):
 
         def answer(spec: str) -> tuple[str, list[Passage], str]:
             """(answer, passages, failure reason) for one member: retrieve, then read."""
+            node = self._nodes[spec]
             try:
-                passages = pool.run(self._nodes[spec], question, memo)
+                passages = pool.run(node, question, memo)
             except _StepFailed as exc:
                 return "", [], str(exc)
+            if not passages and not isinstance(node, NoRetrieval):
+                # its source found nothing or compression dropped every passage: reading an
+                # empty context would only add one more vote from memory (PK and ReFree
+                # already vote from memory, on purpose), so the member abstains
+                return "", [], "no passages to read (empty source or all compressed away)"
             pred = safe_step(f"eor.reader[{spec}]", lambda: self.reader(
                 question=question, passages=format_passages(passages)), None)
             if pred is None:

@@ -59,16 +59,8 @@ class IRCoT(AmbiqaProgram):
        not seen yet (by id; at most ``max_passages`` in all, IRCoT's cap of 15) and go to 2;
     5. read: answer the question in a few words from the passages and the chain.
 
-    Differences from the paper's system (hence "IRCoT-style"):
-
-    * the reasoning step is one DSPy ``Predict`` call on a signature written for ambiqa, with
-      no hand-written CoT demonstrations (DSPy optimizers can add demos when compiling);
-    * the reader is always a separate short-answer call over the passages and the chain
-      (IRCoT offers a CoT or a direct reader and tunes the choice per dataset);
-    * the retrieval query is the new sentence alone (IRCoT also does this), with the same
-      ``k`` at every step; IRCoT tunes ``k`` per dataset;
-    * an empty or unparseable reasoning step ends the loop (recorded as a trace event) and
-      the reader answers from what was collected.
+    Differences from the paper's system (hence "IRCoT-style") are listed in
+    ``docs/methods.md#baselines``.
 
     Retriever calls = number of reasoning sentences (one for the question, one after each
     sentence except the last); LM calls = sentences + 1.

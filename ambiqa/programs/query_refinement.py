@@ -21,17 +21,19 @@ class QueryRefinementClosedBook(AmbiqaProgram):
        LLM to do this in one step; here Diva's own two-step refinement is reused (ambiguity
        type + reason, then rewrites; :class:`~ambiqa.programs.diva.InferInterpretations`), so
        the baseline and Diva differ only in what Diva adds (retrieval, verification, adaptive
-       generation). An unambiguous question (type None) or an unparseable step leaves the
-       question as its only interpretation.
+       generation). The rewrite runs for every question, as in Diva; a rewrite that yields
+       nothing usable leaves the question as its only interpretation.
     2. Answer: one long answer written to cover every interpretation, with no passages
        (:class:`~ambiqa.programs.steps.LongAnswerStep` given the unanswered interpretations and
        an empty passage list). The paper puts the interpretations into the answering prompt
-       as in-context material; here they travel as the step's interpretations field.
+       as in-context material; here they travel as the step's interpretations field, one
+       ``- question`` line each (no answer yet).
 
     ``interpretations`` in the prediction is empty, as for every closed-book answer: no
     reading gets an answer of its own (the answers live in the paragraph). The refined
     readings are returned as ``pseudo_interpretations``, with ``ambiguity_type`` and
-    ``reason``. Cost: two LM calls (one when the question is typed None) plus the answer.
+    ``reason``. Cost: two LM calls plus the answer. Faithfulness table:
+    ``docs/methods.md#baselines``.
     """
 
     name = "query_refinement"

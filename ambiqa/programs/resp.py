@@ -85,34 +85,11 @@ class ReSP(AmbiqaProgram):
        loop;
     6. generator: answer ``Q`` in a few words from both memories (exactly once).
 
-    Deviations, and why:
+    Args: ``retriever``; ``k`` passages per round (5); ``max_iter`` rounds (3).
 
-    * **No-repeat rule enforced, not only asked for.** The paper only instructs the planner not
-      to repeat itself. Small models repeat anyway, so each proposal is compared (lower-case,
-      punctuation and articles dropped) with every query already searched, ``Q`` included. On
-      a repeat the planner is asked once more with a note naming the repeated question; if it
-      repeats again the loop stops and the generator answers from what is known
-      (``stop_reason="planner_repeated"``). Searching the same thing twice can only add noise
-      to the memories, so stopping is the faithful reading of "must not generate previously
-      retrieved sub-questions".
-    * **No judge/plan call in the last iteration.** In Algorithm 1 the reasoner still judges
-      (and possibly plans) after round ``max_iter``, but the loop ends there whatever it
-      says, so those calls cannot change the answer; they are skipped (the round's
-      ``sufficient`` is ``None`` in the trajectory).
-    * **Summaries run concurrently.** The global and local summaries of one round are
-      independent LM calls, so they go through :func:`~ambiqa.parallel.run_parallel`.
-    * **The planner sees the searched list explicitly** (a ``searched`` field) besides the
-      local pathway memory, and a ``feedback`` field that carries the repeat note.
-    * Degradation (an output that cannot be parsed even after DSPy's JSON fallback, recorded
-      as a trace event): judge unparseable -> treated as *insufficient* (keep searching: the
-      loop is bounded by ``max_iter`` and more evidence is safer than stopping on no signal);
-      planner unparseable or empty -> stop planning and answer
-      (``stop_reason="planner_unparseable"``); global summary unparseable -> nothing is added
-      to the global memory that round; local summary unparseable -> ``"unknown"``;
-      generator unparseable -> empty answer.
-    * The local-pathway summarizer reads this round's passages, as Algorithm 1 has it (the
-      prompt table in the paper mentions the memory queues instead; the algorithm is taken
-      as authoritative).
+    The faithfulness table (paper step → code → test) and the deviations with their reasons
+    (the no-repeat rule enforced, no judge after the last round, concurrent summaries, what
+    each unparseable step degrades to) are in ``docs/methods.md#resp``.
     """
 
     name = "resp"

@@ -9,12 +9,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import dspy
 
 from ambiqa.programs.base import format_pairs, format_passages, safe_step
 from ambiqa.signatures.answering import ClosedBookLongAnswer, WriteLongAnswer
 from ambiqa.signatures.disambiguation import ClarifyFromPassages
 from ambiqa.types import Interpretation, Passage
+
+Config = dict[str, Any] | None
 
 
 def _clean(text: object) -> str:
@@ -24,13 +28,15 @@ def _clean(text: object) -> str:
 class ClarifyStep(dspy.Module):
     """Ask the LM for DQ/DA pairs grounded in ``passages``; map cited numbers to passage ids."""
 
-    def __init__(self) -> None:
+    def __init__(self, lm_config: Config = None) -> None:
         super().__init__()
+        self.lm_config = dict(lm_config or {})
         self.clarify = dspy.Predict(ClarifyFromPassages)
 
     def forward(self, question: str, passages: list[Passage]) -> list[Interpretation]:
         pred = safe_step("clarify", lambda: self.clarify(
-            question=question, passages=format_passages(passages)), None)
+            question=question, passages=format_passages(passages), config=self.lm_config),
+            None)
         if pred is None:
             return []
         pairs: list[Interpretation] = []
@@ -50,25 +56,32 @@ class ClarifyStep(dspy.Module):
 
 
 class LongAnswerStep(dspy.Module):
-    def __init__(self) -> None:
+    """Eq. 2: the long answer, given the DQ/DA pairs and the passages they came from."""
+
+    def __init__(self, lm_config: Config = None) -> None:
         super().__init__()
+        self.lm_config = dict(lm_config or {})
         self.write = dspy.Predict(WriteLongAnswer)
 
     def forward(self, question: str, pairs: list[Interpretation],
                 passages: list[Passage]) -> str:
         pred = safe_step("long_answer", lambda: self.write(
             question=question, interpretations=format_pairs(pairs),
-            passages=format_passages(passages)), None)
+            passages=format_passages(passages), config=self.lm_config), None)
         if pred is None:  # degrade to the pairs themselves, which still carry the answers
             return " ".join(f"{p.question} {p.answer}." for p in pairs)
         return str(pred.long_answer or "").strip()
 
 
 class ClosedBookStep(dspy.Module):
-    def __init__(self) -> None:
+    """The paper's I_l: a long answer from the LM's own knowledge, no passages."""
+
+    def __init__(self, lm_config: Config = None) -> None:
         super().__init__()
+        self.lm_config = dict(lm_config or {})
         self.answer = dspy.Predict(ClosedBookLongAnswer)
 
     def forward(self, question: str) -> str:
-        pred = safe_step("closed_book", lambda: self.answer(question=question), None)
+        pred = safe_step("closed_book", lambda: self.answer(
+            question=question, config=self.lm_config), None)
         return "" if pred is None else str(pred.long_answer or "").strip()

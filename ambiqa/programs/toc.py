@@ -1,8 +1,8 @@
 """Tree of Clarifications (ToC; Kim et al., EMNLP 2023) as an ambiqa program.
 
 Recursive retrieval-augmented clarification in a BFS tree, pruned by self-verification, then
-one long answer over the kept nodes. :class:`TreeOfClarifications` documents the paper's steps
-and every deviation.
+one long answer over the kept nodes. :class:`TreeOfClarifications` outlines the steps;
+``docs/methods.md#tree-of-clarifications`` maps each to code and test and lists the deviations.
 """
 
 from __future__ import annotations
@@ -20,11 +20,16 @@ from ambiqa.errors import ConfigError
 from ambiqa.parallel import default_workers, run_parallel
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
-from ambiqa.signatures.verification import SelfVerify
+from ambiqa.signatures.verification import SelfVerify, SelfVerifyStrict
+from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 
 #: token Jaccard above which two DQs with the same answer count as one node
 NEAR_IDENTICAL = 0.8
+#: self-verification prompts: the paper's and its release's (AQ, passage, answer: could the
+#: answer be correct?) and a stricter one (the DQ must keep the AQ's scope, the passage must
+#: back the answer to the DQ)
+VERIFICATIONS = ("paper", "strict")
 
 
 @dataclass
@@ -63,6 +68,8 @@ class _Run:
     n_valid: int = 0
     n_duplicates: int = 0
     n_over_limit: int = 0
+    lm_calls: int = 0  # clarifications and verifications made so far
+    capped: bool = False  # the LM-call cap stopped the tree
 
 
 def _normalize(text: str) -> str:
@@ -71,6 +78,24 @@ def _normalize(text: str) -> str:
     text = "".join(ch for ch in text if ch not in string.punctuation)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
+
+
+def _unit(vecs: Any) -> np.ndarray:
+    """Rows scaled to unit length, so a dot product is a cosine whatever the encoder."""
+    arr = np.asarray(vecs, dtype=np.float64)
+    if arr.ndim == 1:
+        return arr / max(float(np.linalg.norm(arr)), 1e-12)
+    return arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
+
+
+def contains_answer(answer: str, text: str) -> bool:
+    """Does the normalized ``answer`` occur in the normalized ``text`` as whole words?
+
+    "2" must not match "2001" nor "Paris" match "Parisian": the answer-containing passage is
+    the node's evidence, and a substring hit picks the wrong one.
+    """
+    a = _normalize(answer)
+    return bool(a) and f" {a} " in f" {_normalize(text)} "
 
 
 def _jaccard(a: str, b: str) -> float:
@@ -88,74 +113,37 @@ def _is_duplicate(pair: Interpretation, others: list[tuple[str, str]]) -> bool:
 
 
 class TreeOfClarifications(AmbiqaProgram):
-    """Tree of Clarifications. The paper's steps, in the order :meth:`run` takes them:
+    """Tree of Clarifications (Kim et al., 2023), in the order :meth:`run` takes the steps:
 
-    1. **Retrieve** one pool of passages for the ambiguous question (AQ) (§3.1; the paper
-       merges ColBERT and Bing results into a pool of 200+ passages).
-    2. **Retrieval-augmented clarification (RAC)** at the root: re-rank the pool against the
-       AQ with a SentenceBERT model, keep the top ``k``, and ask the LM for disambiguated
-       questions (DQs) with their answers grounded in those passages (§3.1). Each pair becomes
-       a child node.
-    3. **Tree structure** (§3.2): expand nodes breadth-first. Expanding a node re-ranks the
-       *same* pool against the node's own DQ and runs RAC on it; its new pairs become children
-       one level deeper. The root is depth 0, so DQ nodes live at depths 1..``max_depth`` and
-       nodes at ``max_depth`` are not expanded (three levels of DQs by default, as in the
-       released code). Exploration ends at ``max_nodes`` valid nodes, when the queue of valid
-       nodes shallower than ``max_depth`` runs out, or after ``max_failed`` expansions in a
-       row that fail -- "failed" as in the paper: the expansion yields no new valid node (§5,
-       "Computational Complexity"). ``stop_reason`` says which.
-    4. **Deduplication** (Table 3): a proposed pair that repeats an existing node is dropped
-       before it becomes a node. Rule chosen here: same normalized DQ (lowercase, punctuation
-       and articles removed), or same normalized answer to a near-identical DQ (token Jaccard
-       >= 0.8). Compared with every earlier node, kept or pruned, but not with the root (a
-       clarification may return the AQ itself with its answer when it is not ambiguous; that
-       is a real reading).
-    5. **Pruning with self-verification** (§3.2): every new node gets exactly one
-       ``SelfVerify`` call -- AQ, the node's DQ and answer, and its answer-containing passage
-       -- *as it is created*, before it counts toward ``max_nodes`` or enters the BFS queue.
-       The paper verifies during construction (so does the released code): its stopping rule
-       counts *valid* nodes, and a pruned DQ asks about a different fact, so clarifying it
-       further would only drift further. Pruned nodes stay in the tree (``pruned: true``) but
-       are never expanded. ``verify=False`` is the paper's "RAC+TS" ablation: no verification
-       call, every node counts as valid.
-    6. **Answer generation** (§3.2): the kept nodes (valid ones, in BFS order) and their
-       passages go to the long-answer writer. If fewer than ``min_nodes`` survive, pruning is
-       undone from the nodes closest to the root, in BFS order. Passages containing the kept
-       answers come first, topped up with the root's re-ranked passages, ``k`` in all.
+    1. Retrieve one pool of ``n_retrieve`` passages for the ambiguous question (AQ).
+    2. RAC at the root: re-rank the pool against the AQ (cosine), keep the top ``k``, ask for
+       DQ/DA pairs grounded in them; each pair becomes a child node.
+    3. Breadth-first expansion: each valid node re-ranks the same pool against its own DQ and
+       runs RAC again; stop at ``max_nodes`` valid nodes, ``max_failed`` failed expansions in
+       a row, the depth limit, or ``max_lm_calls`` LM calls (``stop_reason``).
+    4. Deduplication of proposed pairs against every earlier node.
+    5. Self-verification of each new node as it is created (the paper's prompt: AQ, the
+       answer-containing passage and the answer; ``verification="strict"`` adds the DQ and
+       asks for scope and support); pruned nodes are never expanded.
+    6. The long answer from the kept nodes and their passages (pruning undone nearest the
+       root when fewer than ``min_nodes`` survive); nothing found → no interpretation.
 
-    Deviations, and why:
+    The faithfulness table (paper / release step → code → test) and the deviations with their
+    reasons are in ``docs/methods.md#tree-of-clarifications``.
 
-    * One retriever (ColBERT or whatever the caller passes), no web search: nothing outside
-      the machine can be reached. The default pool is ``n_retrieve=100``, the ColBERT share in
-      the authors' released configuration (``k=5`` re-ranked passages, 10 nodes, depth 3 and
-      3 failed expansions come from there and the paper too).
-    * Re-ranking uses the shared bi-encoder (all-MiniLM-L6-v2, cosine) rather than an
-      MS-MARCO SentenceBERT cross-encoder: it is the SentenceBERT model installable here.
-    * No few-shot exemplars picked per question by nearest neighbour: demos come from the DSPy
-      optimizer (compiled programs), the declarative counterpart of the paper's prompting.
-    * No restarts: the released code re-runs expansions with sampling (temperature 0.7) when
-      the BFS queue empties; with greedy decoding a re-run repeats itself, so an empty queue
-      ends the search.
-    * The evidence for verification is the passage the clarification cited when it contains
-      the answer, else the answer-containing passage (among those the clarification read)
-      closest to the DQ, else the cited or closest passage. The paper only asks for "the
-      answer-containing passage".
-    * ``min_nodes`` (default 2) is our number: the paper gives none.
-    * Nothing at all found (the root clarification yields no pair, or every node was pruned
-      and ``min_nodes`` is 0): the AQ is treated as unambiguous (§5, "Ambiguity Detection")
-      and answered from the root's passages as a single interpretation whose answer is that
-      text (``fallback: "no_interpretations"``).
-    * Sibling expansions at one BFS level run concurrently in batches of ``max_workers``;
-      results are consumed in BFS order, so the tree is exactly the sequential one. If a
-      stopping rule fires mid-batch, the rest of the batch is discarded (counted in
-      ``discarded_expansions``): the price of concurrency. ``max_workers=1`` wastes nothing.
-    * An unparseable verification keeps the node (recorded as a degraded step): a broken
-      judge then behaves like ``verify=False`` rather than pruning everything.
-
-    Extras in the Prediction: ``tree`` (every node: id, parent, depth, question, answer,
-    passages = evidence ids, context = ids it was expanded on, valid, pruned, restored,
-    expanded), ``stop_reason``, ``n_duplicates``, ``n_over_limit`` (fresh pairs never made
-    nodes because ``max_nodes`` was reached), ``discarded_expansions``.
+    Args:
+        retriever: the first-stage retriever (the paper merges ColBERT and Bing).
+        n_retrieve: pool size (the release's ColBERT share: 100).
+        k: passages re-ranked per RAC call and given to the answer (release: 5).
+        max_depth, max_nodes, max_failed: the BFS limits (paper: 3, 10, 3).
+        min_nodes: pruned nodes restored, nearest the root first, when fewer survive (ours).
+        verify: False is the paper's "RAC+TS" ablation (no verification call).
+        verification: ``"paper"`` (default) or ``"strict"`` (see step 5).
+        max_lm_calls: cap on LM calls per question, the final answer included (the paper
+            stays under 20; the release caps expansions at 15). Default 20.
+        max_workers: sibling expansions run concurrently in batches of this size.
+        encoder: the re-ranker's encoder (default all-MiniLM-L6-v2); outputs are normalised,
+            so any encoder ranks by cosine.
     """
 
     name = "toc"
@@ -166,11 +154,12 @@ class TreeOfClarifications(AmbiqaProgram):
     def __init__(self, retriever=None, *, n_retrieve: int = 100, k: int = 5,
                  max_depth: int = 3, max_nodes: int = 10, max_failed: int = 3,
                  min_nodes: int = 2, verify: bool = True, max_workers: int | None = None,
-                 encoder=None) -> None:
+                 encoder=None, verification: str = "paper", max_lm_calls: int = 20) -> None:
         super().__init__(retriever)
         for key, value, low in (("n_retrieve", n_retrieve, 1), ("k", k, 1),
                                 ("max_depth", max_depth, 1), ("max_nodes", max_nodes, 1),
-                                ("max_failed", max_failed, 1), ("min_nodes", min_nodes, 0)):
+                                ("max_failed", max_failed, 1), ("min_nodes", min_nodes, 0),
+                                ("max_lm_calls", max_lm_calls, 2)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"toc: {key} must be an integer >= {low}, got {value!r}")
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
@@ -178,19 +167,25 @@ class TreeOfClarifications(AmbiqaProgram):
                               f"got {max_workers!r}")
         if min_nodes > max_nodes:
             raise ConfigError(f"toc: min_nodes ({min_nodes}) exceeds max_nodes ({max_nodes})")
+        if verification not in VERIFICATIONS:
+            raise ConfigError(f"toc: verification must be one of {', '.join(VERIFICATIONS)}, "
+                              f"got {verification!r}")
+        self.verification, self.max_lm_calls = verification, max_lm_calls
         self.n_retrieve, self.k = n_retrieve, k
         self.max_depth, self.max_nodes, self.max_failed = max_depth, max_nodes, max_failed
         self.min_nodes, self.verify, self.max_workers = min_nodes, bool(verify), max_workers
         self._encoder = encoder  # loaded on first use: building a program should stay cheap
         self.clarify = ClarifyStep()
-        self.self_verify = dspy.Predict(SelfVerify)
+        self.self_verify = dspy.Predict(SelfVerify if verification == "paper"
+                                        else SelfVerifyStrict)
         self.long_answer = LongAnswerStep()
 
     def config(self) -> dict[str, Any]:
         return {"n_retrieve": self.n_retrieve, "k": self.k, "max_depth": self.max_depth,
                 "max_nodes": self.max_nodes, "max_failed": self.max_failed,
                 "min_nodes": self.min_nodes, "verify": self.verify,
-                "max_workers": self.max_workers}
+                "max_workers": self.max_workers, "verification": self.verification,
+                "max_lm_calls": self.max_lm_calls}
 
     @property
     def encoder(self):
@@ -203,22 +198,22 @@ class TreeOfClarifications(AmbiqaProgram):
     # ---- the algorithm ----------------------------------------------------------------------
     def run(self, question: str) -> dict[str, Any]:
         pool = self.require_retriever().search(question, self.n_retrieve)
-        pool_vecs = (self.encoder.encode([p.render() for p in pool]) if pool
-                     else np.zeros((0, 1), dtype=np.float32))
+        pool_vecs = (_unit(self.encoder.encode([p.render() for p in pool])) if pool
+                     else np.zeros((0, 1), dtype=np.float64))
         root = _Node(id=0, parent=None, depth=0, question=question,
-                     vec=self.encoder.encode([question])[0])
+                     vec=_unit(self.encoder.encode([question])[0]))
         run = _Run(pool=pool, pool_vecs=pool_vecs, nodes=[root])
 
         stop_reason, discarded = self._explore(run)
         kept = self._select(run)
         extras = {"stop_reason": stop_reason, "n_duplicates": run.n_duplicates,
-                  "n_over_limit": run.n_over_limit, "discarded_expansions": discarded}
+                  "n_over_limit": run.n_over_limit, "discarded_expansions": discarded,
+                  "tree_lm_calls": run.lm_calls}
 
-        if not kept:  # nothing to clarify: answer the AQ as one reading from the root passages
+        if not kept:  # nothing to clarify: a long answer from the root passages, no reading
             passages = root.context
             answer = self.long_answer(question=question, pairs=[], passages=passages)
-            interps = [Interpretation(question=question, answer=answer,
-                                      passages=[p.id for p in passages])]
+            interps = []
             extras["fallback"] = "no_interpretations"
         else:
             passages = self._answer_passages(kept, root)
@@ -235,10 +230,14 @@ class TreeOfClarifications(AmbiqaProgram):
         depth_limited = False
         workers = self.max_workers or default_workers()
         while queue:
+            budget = self._budget(run)
+            if budget <= 0:
+                return self._capped(run), 0
             depth = queue[0].depth
             batch: list[_Node] = []
-            while queue and queue[0].depth == depth and len(batch) < workers:
+            while queue and queue[0].depth == depth and len(batch) < min(workers, budget):
                 batch.append(queue.popleft())
+            run.lm_calls += len(batch)
             contexts = [self._rerank(run, node.vec) for node in batch]
             jobs = [(node.question, context) for node, context in zip(batch, contexts,
                                                                       strict=True)]
@@ -251,10 +250,22 @@ class TreeOfClarifications(AmbiqaProgram):
                 depth_limited |= limited
                 if run.n_valid >= self.max_nodes:
                     return "max_nodes", len(batch) - i - 1
+                if run.capped:
+                    return self._capped(run), len(batch) - i - 1
                 failed = 0 if added else failed + 1
                 if failed >= self.max_failed:
                     return "max_failed", len(batch) - i - 1
         return ("max_depth" if depth_limited else "exhausted"), 0
+
+    def _budget(self, run: _Run) -> int:
+        """LM calls the tree may still make (one is kept for the final answer)."""
+        return self.max_lm_calls - 1 - run.lm_calls
+
+    def _capped(self, run: _Run) -> str:
+        run.capped = True
+        record_event("toc", f"stopped: LM call cap reached ({run.lm_calls} tree calls + the "
+                            f"answer = max_lm_calls {self.max_lm_calls})")
+        return "max_lm_calls"
 
     def _grow(self, run: _Run, parent: _Node, pairs: list[Interpretation],
               queue: deque[_Node]) -> tuple[int, bool]:
@@ -276,9 +287,16 @@ class TreeOfClarifications(AmbiqaProgram):
 
         added, limited, i = 0, False, 0
         while i < len(fresh) and run.n_valid < self.max_nodes:
-            chunk = fresh[i:i + self.max_nodes - run.n_valid]
+            size = self.max_nodes - run.n_valid
+            if self.verify:
+                if self._budget(run) <= 0:
+                    run.capped = True  # unverified pairs never become nodes
+                    break
+                size = min(size, self._budget(run))
+                run.lm_calls += min(size, len(fresh) - i)
+            chunk = fresh[i:i + size]
             i += len(chunk)
-            vecs = self.encoder.encode([p.question for p in chunk])
+            vecs = _unit(self.encoder.encode([p.question for p in chunk]))
             children = []
             for pair, vec in zip(chunk, vecs, strict=True):
                 child = _Node(id=len(run.nodes), parent=parent.id, depth=parent.depth + 1,
@@ -303,9 +321,12 @@ class TreeOfClarifications(AmbiqaProgram):
         return added, limited
 
     def _verify_node(self, question: str, node: _Node) -> bool:
+        """One self-verification call. The paper's prompt sees the AQ, the answer-containing
+        passage and the answer (not the DQ); the strict one also sees the DQ."""
+        extra = {"interpretation": node.question} if self.verification == "strict" else {}
         pred = safe_step("self_verify", lambda: self.self_verify(
-            question=question, interpretation=node.question,
-            answer=node.answer, passage=format_passages(node.evidence)), None)
+            question=question, passage=format_passages(node.evidence),
+            answer=node.answer, **extra), None)
         if pred is None:
             return True  # degraded judge: keep the node rather than prune blindly
         return bool(pred.valid)
@@ -336,10 +357,9 @@ class TreeOfClarifications(AmbiqaProgram):
         """The answer-containing passage for a new node (see the module docstring)."""
         by_id = {p.id: p for p in context}
         cited = [by_id[pid] for pid in pair.passages if pid in by_id]
-        answer = _normalize(pair.answer)
 
         def contains(p: Passage) -> bool:
-            return bool(answer) and answer in _normalize(p.render())
+            return contains_answer(pair.answer, p.render())
 
         if cited and contains(cited[0]):
             return cited[:1]
@@ -358,7 +378,7 @@ class TreeOfClarifications(AmbiqaProgram):
         if all(p.id in index for p in passages):
             scores = run.pool_vecs[[index[p.id] for p in passages]] @ vec
         else:
-            scores = self.encoder.encode([p.render() for p in passages]) @ vec
+            scores = _unit(self.encoder.encode([p.render() for p in passages])) @ vec
         return [passages[int(np.argmax(scores))]]
 
     def _answer_passages(self, kept: list[_Node], root: _Node) -> list[Passage]:

@@ -5,7 +5,8 @@
    the passage it came from;
 3. write the long answer covering the pairs.
 
-Two LM calls and one retriever call per question.
+Two LM calls and one retriever call per question. Faithfulness table:
+``docs/methods.md#baselines``.
 """
 
 from __future__ import annotations

@@ -25,9 +25,13 @@ from ambiqa.types import Interpretation, Passage
 Conservativeness = Literal["recall", "balanced", "precision"]
 CONSERVATIVENESS: tuple[str, ...] = ("recall", "balanced", "precision")
 
-#: In "precision" mode, clusters whose medoids are at least this cosine-similar are merged
-#: (0.875 is a Euclidean distance of 0.5 between unit vectors).
-PRECISION_MERGE_SIMILARITY = 0.875
+#: In every mode, clusters whose medoids are at least this cosine-similar are one reading and
+#: are merged (0.875 is a Euclidean distance of 0.5 between unit vectors); in "recall" mode
+#: the kept noise points take part as singletons.
+MERGE_SIMILARITY = 0.875
+#: "precision" mode merges more eagerly (Euclidean distance ~0.63): fewer, better-supported
+#: readings.
+PRECISION_MERGE_SIMILARITY = 0.8
 
 # What a small model writes in a field when it means "nothing here".
 _EMPTY = frozenset({"", "none", "null", "n/a", "na", "nothing", "unknown", "-"})
@@ -88,7 +92,7 @@ def cluster_labels(vectors: np.ndarray, min_cluster_size: int) -> np.ndarray:
 
 
 def merge_close_clusters(vectors: np.ndarray, groups: list[list[int]],
-                         threshold: float = PRECISION_MERGE_SIMILARITY) -> list[list[int]]:
+                         threshold: float = MERGE_SIMILARITY) -> list[list[int]]:
     """Merge clusters whose medoids are at least ``threshold`` cosine-similar (transitively).
 
     This is what HDBSCAN's ``cluster_selection_epsilon`` is meant to do; scikit-learn 1.9's
@@ -114,15 +118,18 @@ def merge_close_clusters(vectors: np.ndarray, groups: list[list[int]],
 
 def consolidate(vectors: np.ndarray, min_cluster_size: int = 2,
                 conservativeness: str = "balanced") -> tuple[list[int], list[int]]:
-    """Cluster candidate embeddings and pick one representative per cluster.
+    """Cluster candidate embeddings and pick one representative per reading.
 
     Returns ``(labels, chosen)``: the cluster label of every candidate (``-1`` = HDBSCAN
-    noise; in "precision" mode merged clusters share one label) and the indices of the kept
-    candidates, clusters first (largest first, ties by rank), then, in "recall" mode, noise
-    points in rank order. With no cluster at all in "balanced" or "precision" mode, the medoid
-    of all candidates is kept, so grounded candidates never all vanish just because none agree
-    (the paper's outlier filter needs a consensus to filter against). A single candidate is
-    its own cluster.
+    noise that was not merged into a reading; merged candidates share one label) and the
+    indices of the kept candidates, largest group first (ties by rank). In every mode,
+    groups whose medoids are at least :data:`MERGE_SIMILARITY` cosine-similar are merged
+    (HDBSCAN may split one blob of paraphrases into several clusters; one reading must give
+    one interpretation). "recall" keeps the noise points too, as singleton groups that take
+    part in the merge; "balanced" and "precision" drop them; "precision" merges at the looser
+    :data:`PRECISION_MERGE_SIMILARITY`. With no cluster at all in "balanced" or "precision"
+    mode, the medoid of all candidates is kept, so grounded candidates never all vanish just
+    because none agree. A single candidate is its own cluster.
     """
     n = len(vectors)
     if n == 0:
@@ -136,17 +143,27 @@ def consolidate(vectors: np.ndarray, min_cluster_size: int = 2,
         if label >= 0:
             by_label.setdefault(label, []).append(i)
     groups = list(by_label.values())
-    if conservativeness == "precision" and len(groups) > 1:
-        groups = merge_close_clusters(vectors, groups)
-        for members in groups:
-            for i in members:
-                labels[i] = labels[members[0]]
+    if conservativeness == "recall":
+        fresh = max(labels, default=-1) + 1
+        for i, label in enumerate(labels):
+            if label < 0:
+                labels[i] = fresh
+                groups.append([i])
+                fresh += 1
+    threshold = (PRECISION_MERGE_SIMILARITY if conservativeness == "precision"
+                 else MERGE_SIMILARITY)
+    if len(groups) > 1:
+        groups = merge_close_clusters(vectors, groups, threshold)
+    clustered = {i for members in by_label.values() for i in members}
+    for members in groups:
+        if len(members) == 1 and members[0] not in clustered:
+            labels[members[0]] = -1  # a noise point no other candidate joined
+            continue
+        for i in members:
+            labels[i] = labels[members[0]]
     groups.sort(key=lambda members: (-len(members), members[0]))
     chosen = [medoid(vectors, members) for members in groups]
-    noise = [i for i, label in enumerate(labels) if label < 0]
-    if conservativeness == "recall":
-        chosen += noise
-    elif not chosen:
+    if not chosen:
         record_event("verdict.consolidate",
                      f"no cluster among {n} candidates; kept the medoid of all of them")
         chosen = [medoid(vectors, range(n))]
@@ -156,57 +173,32 @@ def consolidate(vectors: np.ndarray, min_cluster_size: int = 2,
 class VerDICt(AmbiqaProgram):
     """VerDICt (Lee et al., 2025, Algorithm 1) as a DSPy module.
 
-    Paper steps:
+    1. Relax the question into a broader query q' (eq. 6, ``RelaxQuery``).
+    2. Retrieve for q' (eq. 7): the top ``rerank_depth`` passages, re-ranked against q' by
+       ``reranker`` to the top ``n_passages`` (the paper's second-stage re-ranking; 20).
+    3. Per passage, one concurrent LM call (eq. 8, ``InterpretFromPassage``): at most one
+       grounded (interpretation, answer), or abstain.
+    4. Embed each pair as f(q̂; ŷ).
+    5. Cluster with HDBSCAN; groups whose medoids are close are one reading in every mode.
+    6. Keep each group's medoid, citing its passage; then the long answer (ours, for ASQA).
 
-    1. relax the question into a broader retrieval query q' (Eq. 6, LM call ``RelaxQuery``);
-    2. one retriever call: the top-k passages for q' (Eq. 7; k = ``n_passages`` = 20);
-    3. per passage, one LM call (Eq. 8, ``InterpretFromPassage``, concurrent) that returns an
-       interpretation q̂ the passage answers with its answer ŷ, or abstains (execution
-       feedback); abstentions are dropped;
-    4. embed every pair as f(q̂; ŷ) -- the interpretation concatenated with its answer;
-    5. cluster the embeddings with HDBSCAN;
-    6. keep each cluster's medoid (highest summed similarity to its cluster), citing the
-       passage it came from.
+    The faithfulness table (paper step → code → test) and the deviations with their reasons
+    are in ``docs/methods.md#verdict``.
 
-    Additions for this library: the long answer (7) that ASQA scores is written from the
-    medoids and their passages by the shared :class:`LongAnswerStep` (``long_answer=True``);
-    with ``long_answer=False`` the answer is the kept pairs spelled out as sentences (no LM
-    call). When every passage abstains (or fails), nothing grounded exists: ``interpretations``
-    is empty, ``grounded`` is False, and the answer comes from the shared
-    :class:`ClosedBookStep` so the caller still gets a response, marked as ungrounded.
-
-    Knobs:
-
-    * ``min_cluster_size`` (default 2, must be >= 2): HDBSCAN's smallest cluster. The paper
-      does not report it; 2 is the smallest HDBSCAN allows and suits 20 candidates that
-      average ~3.7 interpretations per question (Table 2).
-    * ``conservativeness`` trades recall for precision (paper §5.2, Table 4, "Default" vs
-      "Conservative"):
-
-      - ``"recall"``: noise points (candidates no other candidate agrees with) are kept as
-        singleton interpretations; only agreeing candidates are merged.
-      - ``"balanced"`` (default, the paper's behaviour): noise points are dropped as outliers
-        from noisy passages; only clusters survive.
-      - ``"precision"``: as balanced, and clusters whose medoids are at least
-        :data:`PRECISION_MERGE_SIMILARITY` cosine-similar are merged -- fewer, better
-        supported readings (HDBSCAN's own ``cluster_selection_epsilon`` would do this but
-        crashes in scikit-learn 1.9 with NumPy 2, see :func:`merge_close_clusters`).
-
-      In balanced/precision mode, when HDBSCAN finds no cluster at all the medoid of all
-      candidates is kept (an unambiguous question whose candidates all agree is exactly that
-      case: HDBSCAN never returns its root as a cluster by default).
-
-    Deviations: the encoder f is all-MiniLM-L6-v2 (the paper reuses its gte-Qwen2-7B retrieval
-    encoder; no such model is available offline here) -- inject another with ``encoder=``.
-    Clustering is scikit-learn's HDBSCAN on unit-normalized vectors with the Euclidean metric
-    (monotone in cosine distance on the unit sphere); the paper names HDBSCAN but not its
-    settings, so ``min_cluster_size``, noise handling and the precision merge are ours.
-    A per-passage reply that cannot be parsed drops that passage only (recorded in the trace);
-    a relaxation that fails falls back to the question as asked. Exact duplicate
-    (interpretation, answer) pairs are removed from the kept set.
-
-    Cost: 1 retriever call; 1 + ``n_passages`` LM calls (+1 long answer, or +1 closed-book
-    when every passage abstains).
+    Args:
+        retriever: the first stage.
+        n_passages: k of eq. 7 after re-ranking (paper: 20).
+        rerank_depth: first-stage depth re-ranked to ``n_passages``; 0 (or <= n_passages)
+            switches the second stage off. Default 100.
+        reranker: any object with ``rerank(query, passages, k)``; default the SentenceBERT
+            MiniLM cosine re-ranker (:class:`ambiqa.retrieval.rerank.SentenceReranker`), the
+            re-ranker every install has offline; pass a
+            :class:`~ambiqa.retrieval.rerank.ColBERTReranker` when a checkpoint exists.
+        min_cluster_size: HDBSCAN's smallest cluster (>= 2).
+        conservativeness: "recall" keeps outliers, "balanced" (paper) drops them,
+            "precision" also merges near readings more eagerly.
+        long_answer: write the ASQA paragraph (else the pairs as sentences, no LM call).
+        encoder: f of f(q̂; ŷ) (default all-MiniLM-L6-v2).
     """
 
     name = "verdict"
@@ -216,10 +208,19 @@ class VerDICt(AmbiqaProgram):
 
     def __init__(self, retriever=None, n_passages: int = 20, min_cluster_size: int = 2,
                  conservativeness: Conservativeness = "balanced", long_answer: bool = True,
-                 encoder: Encoder | None = None) -> None:
+                 encoder: Encoder | None = None, rerank_depth: int = 100,
+                 reranker: Any = None) -> None:
         super().__init__(retriever)
         if not isinstance(n_passages, int) or isinstance(n_passages, bool) or n_passages < 1:
             raise ConfigError(f"n_passages must be a positive integer, got {n_passages!r}")
+        if not isinstance(rerank_depth, int) or isinstance(rerank_depth, bool) or \
+                rerank_depth < 0:
+            raise ConfigError(f"rerank_depth must be an integer >= 0, got {rerank_depth!r}",
+                              hint="0 switches the second-stage re-ranking off")
+        if reranker is not None and not callable(getattr(reranker, "rerank", None)):
+            raise ConfigError("reranker must have a rerank(query, passages, k) method")
+        self.rerank_depth = rerank_depth
+        self._reranker = reranker
         if (not isinstance(min_cluster_size, int) or isinstance(min_cluster_size, bool)
                 or min_cluster_size < 2):
             raise ConfigError(f"min_cluster_size must be an integer >= 2, got "
@@ -239,7 +240,26 @@ class VerDICt(AmbiqaProgram):
 
     def config(self) -> dict[str, Any]:
         return {"n_passages": self.n_passages, "min_cluster_size": self.min_cluster_size,
-                "conservativeness": self.conservativeness, "long_answer": self.long_answer}
+                "conservativeness": self.conservativeness, "long_answer": self.long_answer,
+                "rerank_depth": self.rerank_depth}
+
+    @property
+    def reranker(self) -> Any:
+        """The second-stage re-ranker; the shared MiniLM cosine re-ranker by default."""
+        if self._reranker is None:
+            from ambiqa.retrieval.rerank import SentenceReranker
+
+            self._reranker = SentenceReranker()
+        return self._reranker
+
+    def retrieve(self, query: str) -> list[Passage]:
+        """Eq. 7 with the paper's two phases: ``rerank_depth`` candidates, re-ranked against
+        the relaxed query, top ``n_passages`` kept (one phase when the depth is not deeper)."""
+        retriever = self.require_retriever()
+        if self.rerank_depth <= self.n_passages:
+            return retriever.search(query, self.n_passages)
+        candidates = retriever.search(query, self.rerank_depth)
+        return list(self.reranker.rerank(query, candidates, self.n_passages))
 
     @property
     def encoder(self) -> Encoder:
@@ -274,9 +294,9 @@ class VerDICt(AmbiqaProgram):
 
     # ---- program ---------------------------------------------------------------------------
     def run(self, question: str) -> dict[str, Any]:
-        retriever = self.require_retriever()
+        self.require_retriever()
         relaxed = self.relax_query(question)
-        passages = retriever.search(relaxed, self.n_passages)
+        passages = self.retrieve(relaxed)
 
         results = run_parallel(lambda p: self.interpret_passage(question, p), passages)
         candidates = [r for r in results if r]

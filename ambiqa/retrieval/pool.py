@@ -11,12 +11,20 @@ are written the paper's way:
 ``PK``                one background document written by the LM (GenRead-style parametric
                       knowledge); may also be a part of a concatenation: ``PK&Wiki@5``
 ``ReFree``            retrieval-free: no passages at all (stands alone)
+``(BM25@20&PK&Wiki@20)@RR@10``
+                      merge the parts (PK included), re-rank the merged list against the
+                      question, keep 10: the paper's hybrid ``HB@RR@10`` (search-engine chunks
+                      and DPR's top 20 re-ranked together)
 ====================  ============================================================================
 
 Operation order (paper: @RR > @k > & > @CP): a source is re-ranked first, then truncated, the
 truncated lists are concatenated, and compression applies to the concatenation, so
 ``BM25@RR@5&Wiki@5@CP`` reads ``((BM25@RR)@5 & Wiki@5)@CP``. Writing the operations in another
 order (``Wiki@5@RR``, ``Wiki@5@CP&BM25@5``) is an error rather than a silent reinterpretation.
+A parenthesised group is a concatenation re-ranked as one list; it must be followed by
+``@RR@k`` and is itself a part that can be concatenated or compressed:
+``(SE@10&Wiki@20)@RR@5&PK@CP`` is not valid (PK takes no operations) but
+``(SE@10&Wiki@20)@RR@5&Wiki@5@CP`` is.
 
 Sources are names the caller maps to retrievers, e.g. ``{"Wiki": colbert, "BM25": bm25,
 "Dense": dense}``; ``Wiki`` is, by convention, the default retriever over the corpus. The
@@ -99,6 +107,23 @@ class Concat(SpecNode):
 
 
 @dataclass(frozen=True)
+class GroupRerank(SpecNode):
+    """``(A&B&...)@RR@k``: the parts' passages merged, re-ranked together, top ``k`` kept."""
+
+    child: Concat
+    k: int
+
+    def source_names(self) -> list[str]:
+        return self.child.source_names()
+
+    def has_background(self) -> bool:
+        return any(isinstance(p, Background) for p in self.child.parts)
+
+    def __str__(self) -> str:
+        return f"({self.child})@RR@{self.k}"
+
+
+@dataclass(frozen=True)
 class Compress(SpecNode):
     child: SpecNode
 
@@ -110,12 +135,12 @@ class Compress(SpecNode):
 
 
 # ---- parsing -------------------------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(?:(?P<num>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)|(?P<op>[@&]))")
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)|(?P<op>[@&()]))")
 
 
 @dataclass(frozen=True)
 class _Tok:
-    kind: str  # "num" | "name" | "@" | "&" | "end"
+    kind: str  # "num" | "name" | "@" | "&" | "(" | ")" | "end"
     text: str
     pos: int
 
@@ -204,12 +229,56 @@ class _Parser:
             raise self.fail("'@CP' applies to the whole concatenation and must come last "
                             "(e.g. 'BM25@5&Wiki@5@CP')")
         if self.tok.kind != "end":
+            extra = " (no group is open)" if self.tok.kind == ")" else ""
             raise self.fail(f"expected '&', '@CP' or the end of the spec, found "
-                            f"{_describe(self.tok)}")
+                            f"{_describe(self.tok)}{extra}")
         return node
+
+    def _k(self) -> int:
+        k_tok = self.tok
+        if k_tok.kind != "num":
+            raise self.fail(f"expected a number of passages, found {_describe(k_tok)}")
+        self.take()
+        if len(k_tok.text.lstrip("0")) > len(str(MAX_K)):
+            raise self.fail(f"k={k_tok.text} is more than the limit of {MAX_K} passages", k_tok)
+        k = int(k_tok.text)
+        if k <= 0:
+            raise self.fail(f"k must be a positive number of passages, got {k_tok.text}", k_tok)
+        if k > MAX_K:
+            raise self.fail(f"k={k} is more than the limit of {MAX_K} passages", k_tok)
+        return k
+
+    def group(self) -> SpecNode:
+        """``( part & part ... ) @RR @k``: a merged list re-ranked as one."""
+        opening = self.take()
+        parts = [self.term()]
+        while self.tok.kind == "&":
+            self.take()
+            parts.append(self.term())
+        if self.tok.kind != ")":
+            raise self.fail(f"expected '&' or ')' to close the group opened at position "
+                            f"{opening.pos}, found {_describe(self.tok)}")
+        self.take()
+        if len(parts) < 2:
+            raise self.fail("a group merges at least two parts (e.g. '(BM25@20&PK)@RR@10')",
+                            opening)
+        hint = "a group is re-ranked as one list: write '(A&B)@RR@k'"
+        if self.tok.kind != "@" or self.toks[self.i + 1].kind != "name" or \
+                self.toks[self.i + 1].text.upper() != "RR":
+            raise self.fail(f"expected '@RR@k' after ')', found {_describe(self.tok)}",
+                            hint=hint)
+        self.take()
+        self.take()
+        if self.tok.kind != "@":
+            raise self.fail(f"expected '@' and a number of passages after '@RR', found "
+                            f"{_describe(self.tok)}", hint=hint)
+        self.take()
+        return GroupRerank(Concat(tuple(parts)), self._k())
 
     def term(self) -> SpecNode:
         tok = self.tok
+        if tok.kind == "(":
+            return self.group()
         if tok.kind != "name":
             raise self.fail(f"expected a source name or 'PK', found {_describe(tok)}")
         word = tok.text.upper()
@@ -236,18 +305,10 @@ class _Parser:
                 raise self.fail("expected '@' and a number of passages after '@RR' "
                                 f"(e.g. '{tok.text}@RR@5'), found {_describe(self.tok)}")
             self.take()
-        k_tok = self.tok
-        if k_tok.kind != "num":
+        if self.tok.kind != "num":
             expected = "a number of passages" + ("" if rerank else " or 'RR'")
-            raise self.fail(f"expected {expected}, found {_describe(k_tok)}")
-        self.take()
-        if len(k_tok.text.lstrip("0")) > len(str(MAX_K)):
-            raise self.fail(f"k={k_tok.text} is more than the limit of {MAX_K} passages", k_tok)
-        k = int(k_tok.text)
-        if k <= 0:
-            raise self.fail(f"k must be a positive number of passages, got {k_tok.text}", k_tok)
-        if k > MAX_K:
-            raise self.fail(f"k={k} is more than the limit of {MAX_K} passages", k_tok)
+            raise self.fail(f"expected {expected}, found {_describe(self.tok)}")
+        k = self._k()
         if self.tok.kind == "@" and self.toks[self.i + 1].kind == "name" \
                 and self.toks[self.i + 1].text.upper() == "RR":
             raise self.fail(f"'@RR' must come before '@k' (write '{name}@RR@{k}')",
@@ -371,6 +432,12 @@ class PoolRetriever:
                 self.prefetch(part, question, memo)
         elif isinstance(node, Compress):
             self.prefetch(node.child, question, memo)
+        elif isinstance(node, GroupRerank):
+            self.prefetch(node.child, question, memo)
+            if node.has_background():  # PK is an LM step: re-rank later, load the encoder now
+                self.encoder.encode([question])
+            else:
+                self._group(node, question, memo)
 
     def _run(self, node: SpecNode, question: str, memo: PoolMemo) -> list[Passage]:
         if isinstance(node, NoRetrieval):
@@ -390,7 +457,16 @@ class PoolRetriever:
             return out
         if isinstance(node, Compress):
             return self._compress(self._run(node.child, question, memo), question, memo)
+        if isinstance(node, GroupRerank):
+            return self._group(node, question, memo)
         raise TypeError(f"not a spec node: {node!r}")
+
+    def _group(self, node: GroupRerank, question: str, memo: PoolMemo) -> list[Passage]:
+        """Merge the group's parts (deduplicated by id), re-rank them together, keep ``k``."""
+        merged = self._run(node.child, question, memo)
+        ranked = memo.get(("group", str(node.child).lower()),
+                          lambda: self._rerank(question, merged))
+        return ranked[: node.k]
 
     def _search(self, name: str, question: str, n: int, memo: PoolMemo) -> list[Passage]:
         name = self._lower[name.lower()]

@@ -17,7 +17,8 @@ AMBIGUITY_TYPES: tuple[str, ...] = ("AmbSub", "AmbObj", "AmbPred", "AmbTime", "A
 
 
 class TypeAmbiguity(dspy.Signature):
-    """Work out what, if anything, makes a question open to more than one reading.
+    """This question is ambiguous: it can be read in more than one way. Work out what makes it
+    ambiguous.
 
     Pick the one label that fits best:
     - AmbSub: it is unclear who or what the question is about (for example, a record that
@@ -29,12 +30,12 @@ class TypeAmbiguity(dspy.Signature):
     - AmbTime: the answer changes over time and the question fixes no year, season or edition.
     - AmbLoc: the answer changes from place to place and the question fixes no country or
       region.
-    - None: the question has a single sensible reading.
+    - None: only if, after looking for each kind above, you find no second reading at all.
     First explain in one or two sentences which words are ambiguous and what they could refer
     to, then give the label alone, without brackets."""
 
-    question: str = dspy.InputField(desc="the question as a user asked it")
+    question: str = dspy.InputField(desc="an ambiguous question, as a user asked it")
     reason: str = dspy.OutputField(
-        desc="which part of the question is unclear and the readings it allows")
+        desc="which part of the question is ambiguous and the readings it allows")
     ambiguity_type: AmbiguityType = dspy.OutputField(
         desc="exactly one of: AmbSub, AmbObj, AmbPred, AmbTime, AmbLoc, None")

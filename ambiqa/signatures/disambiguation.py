@@ -25,14 +25,16 @@ class PseudoInterpretations(dspy.Signature):
     """Rewrite an ambiguous question into the specific questions it could stand for, guided
     by what is known to be ambiguous about it.
 
-    Write one question per reading that the reason points to. Each rewrite keeps the rest of
-    the original question, changes only what resolves the ambiguity (who, which one, what
-    sense, when, where), is a complete question with a single answer, and differs from the
-    other rewrites. Do not answer the questions."""
+    Write one question per reading that the reason points to; if no kind of ambiguity was
+    named, look for the readings yourself. Each rewrite keeps the rest of the original
+    question, changes only what resolves the ambiguity (who, which one, what sense, when,
+    where), is a complete question with a single answer, and differs from the other
+    rewrites. Do not answer the questions."""
 
     question: str = dspy.InputField(desc="the original, ambiguous question")
     ambiguity_type: str = dspy.InputField(
-        desc="the kind of ambiguity: AmbSub, AmbObj, AmbPred, AmbTime or AmbLoc")
+        desc="the kind of ambiguity: AmbSub, AmbObj, AmbPred, AmbTime, AmbLoc, or None if "
+             "none was named")
     reason: str = dspy.InputField(desc="why the question is ambiguous and which readings exist")
     interpretations: list[str] = dspy.OutputField(
         desc="the specific rewritten questions, one per reading")
@@ -53,12 +55,15 @@ class InterpretFromPassage(dspy.Signature):
     """Read one passage and decide whether it answers some specific reading of a possibly
     ambiguous question.
 
-    If it does, rewrite the question into the one specific reading this passage answers best:
-    a complete question that stands on its own, keeps the intent of the original, and names
-    the person, thing, time or place that makes it unambiguous (never refer to "the passage"
-    or "the text"). Answer it in a few words, using only what the passage states, not your own
-    knowledge. If the passage is off topic or does not fully answer any reading, set abstain
-    to True and write "none" for the interpretation and the answer."""
+    If it does, rewrite the question into the one specific reading this passage answers best
+    (at most one reading per passage, the most relevant): a complete question that stands on
+    its own, keeps the intent of the original, and names the person, thing, time or place
+    that makes it unambiguous (never refer to "the passage" or "the text"). When the reading
+    is tied to a moment, give the clearest time reference the passage allows (a year, a
+    season, an edition), never "current" or "most recent". Answer it in a few words, using
+    only what the passage states, not your own knowledge. If the passage is off topic or does
+    not fully answer any reading on its own, set abstain to True and write "none" for the
+    interpretation and the answer."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     passage: str = dspy.InputField(desc="one evidence passage")

@@ -19,20 +19,58 @@ class JudgeEntailment(dspy.Signature):
 
 class SelfVerify(dspy.Signature):
     """Check one candidate reading of an ambiguous question before it is kept (Tree of
-    Clarifications pruning).
+    Clarifications pruning, as the paper and its release do it).
 
-    You get the original question, a more specific rewrite of it with a short answer, and the
-    passage the answer came from. Say True only if both hold: the rewrite still asks what the
-    original question asks (it narrows it down, it does not switch to a different or unrelated
-    fact), and the passage backs the answer to the rewrite. Otherwise say False."""
+    You get the original question, the passage a proposed answer came from, and the answer.
+    Say True if, reading the passage, the answer could be a correct answer to the original
+    question under some reading of it; say False if it answers something else or the passage
+    does not back it."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    passage: str = dspy.InputField(desc="the evidence passage the answer came from")
+    answer: str = dspy.InputField(desc="the short answer proposed")
+    valid: bool = dspy.OutputField(
+        desc="True if the answer could be correct for the question, otherwise False")
+
+
+class SelfVerifyStrict(dspy.Signature):
+    """Check one candidate reading of an ambiguous question before it is kept (a stricter
+    check than the Tree of Clarifications paper's).
+
+    You get the original question, the passage the answer came from, a more specific rewrite
+    of the question and a short answer. Say True only if both hold: the rewrite still asks what
+    the original question asks (it narrows it down, it does not switch to a different or
+    unrelated fact), and the passage backs the answer to the rewrite. Otherwise say False."""
+
+    question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    passage: str = dspy.InputField(desc="the evidence passage for that answer")
     interpretation: str = dspy.InputField(desc="a specific rewrite of the original question")
     answer: str = dspy.InputField(desc="the short answer proposed for the rewrite")
-    passage: str = dspy.InputField(desc="the evidence passage for that answer")
     valid: bool = dspy.OutputField(
         desc="True if the rewrite is a reading of the original question and the passage "
              "supports the answer, otherwise False")
+
+
+#: Words a verifier may reply with, read by :func:`parse_verdict`.
+YES_WORDS = frozenset({"yes", "true", "supported", "y"})
+NO_WORDS = frozenset({"no", "false", "unsupported", "n"})
+
+
+def parse_verdict(text: object) -> bool | None:
+    """Map a verifier's ``verdict`` text to True (yes), False (no) or None (unreadable).
+
+    Reads the first word only, ignoring case, brackets and punctuation, so "Yes.", "**No**"
+    and "yes, passage 2" all count; anything else is None and the caller abstains.
+    """
+    words = str(text or "").strip().lower().split()
+    if not words:
+        return None
+    first = words[0].strip("*[]().,:;!\"'`")
+    if first in YES_WORDS:
+        return True
+    if first in NO_WORDS:
+        return False
+    return None
 
 
 class VerifyInterpretation(dspy.Signature):
@@ -46,3 +84,23 @@ class VerifyInterpretation(dspy.Signature):
     passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
     supported: bool = dspy.OutputField(
         desc="True if the passages contain the answer, otherwise False")
+
+
+# VerifyInterpretation above is the evaluation judge's grounding check (VerDICt App. A, in
+# ambiqa.evaluation.judge). Diva's retrieval verifier is the one below: a bare bool was what
+# the default 1.5B answered False to every time (docs/methods.md#diva).
+
+
+class VerifyRetrieval(dspy.Signature):
+    """Decide whether the numbered passages answer a specific question.
+
+    First copy the sentence from the passages that states the answer, with its passage
+    number, or write "none" if no passage states it. Then reply yes if a passage states the
+    answer, even in other words, and no if the passages are only on the same topic, answer a
+    different question, or say nothing about it."""
+
+    passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
+    interpretation: str = dspy.InputField(desc="one specific, unambiguous question")
+    evidence: str = dspy.OutputField(
+        desc="the passage sentence that answers the question, with its number, or none")
+    verdict: str = dspy.OutputField(desc='one word: "yes" or "no"')

@@ -33,8 +33,8 @@ def _handlers():
                                     "ambiguity_type": "AmbObj"},
         "PseudoInterpretations": lambda i: {"interpretations": [
             f"{i['question'].split('?')[0]} (reading {n})?" for n in (1, 2)]},
-        "VerifyInterpretation": lambda i: {"supported": int(_digest(i["interpretation"]), 16)
-                                           % 3 != 0},
+        "VerifyRetrieval": lambda i: {"evidence": "none", "verdict": "yes" if int(
+            _digest(i["interpretation"]), 16) % 3 != 0 else "no"},
         "ClarifyFromPassages": lambda i: {"pairs": [{"question": "Q " + _digest(i["passages"]),
                                                      "answer": "A", "passage": 1}]},
         "WriteLongAnswer": lambda i: {"long_answer": "L " + _digest(i["interpretations"])},

@@ -153,22 +153,27 @@ def test_extremely_long_reply_is_cut_and_counted(use_lm):
 
 
 # ---- programs degrade as documented, the event in the trace --------------------------------
-def test_diva_falls_back_to_closed_book_when_verification_is_unreachable(use_lm):
+def test_diva_keeps_the_rag_path_when_verification_is_unreachable(use_lm):
+    """Unreachable verifications abstain; with no parsed vote Diva keeps its passages
+    (issue 12 item 2)."""
     from ambiqa.programs.diva import Diva
 
     lm = use_lm(scripted_lm({
         "TypeAmbiguity": {"reason": "several readings", "ambiguity_type": "AmbObj"},
         "PseudoInterpretations": {"interpretations": ["Who played Ron?", "Who played Percy?"]},
-        "VerifyInterpretation": Faults.error("timeout"),
-        "ClosedBookLongAnswer": {"long_answer": "From memory."},
+        "VerifyRetrieval": Faults.error("timeout"),
+        "ClarifyFromPassages": {"pairs": [{"question": "Who played Ron?", "answer": "Grint",
+                                           "passage": 1}]},
+        "WriteLongAnswer": {"long_answer": "From the passages."},
     }, policy=fast_policy(max_retries=1), sleep=lambda s: None))
     out = Diva(InMemoryRetriever(small_passages()), encoder=HashEncoder())(
         question="Who played the Weasley brothers?")
-    assert out.path == "closed_book" and out.answer == "From memory."
+    assert out.path == "rag" and out.answer == "From the passages."
+    assert out.verdict == "Unverified"
     assert [v["supported"] for v in out.votes] == [None, None]
     assert any(e.startswith("verify: degraded: LM unavailable") for e in out.trace["events"])
-    assert any("no verification parsed" in e for e in out.trace["events"])
-    assert lm.engine.count("VerifyInterpretation") == 4         # 2 readings x (1 + 1 retry)
+    assert any("every vote abstained" in e for e in out.trace["events"])
+    assert lm.engine.count("VerifyRetrieval") == 4         # 2 readings x (1 + 1 retry)
 
 
 def test_verdict_drops_the_passage_whose_call_fails(use_lm):

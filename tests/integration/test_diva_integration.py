@@ -60,6 +60,6 @@ def test_diva_on_one_asqa_question(embedded_lm, use_lm, shared_data, retriever,
         assert out.interpretations == []
     assert isinstance(out.answer, str)
     calls = out.trace["calls_by_module"]
-    assert calls.get("VerifyInterpretation", 0) >= len(out.pseudo_interpretations)
+    assert calls.get("VerifyRetrieval", 0) >= len(out.pseudo_interpretations)
     assert out.trace["retriever_calls"] == len(out.pseudo_interpretations)
     json.dumps({k: v for k, v in out.items()})

@@ -80,12 +80,20 @@ class FakeEncoder:
         return np.stack(rows) if rows else np.zeros((0, len(self.fallback)), dtype=np.float32)
 
 
+def _value(inp: dict, name: str) -> str:
+    """An input field's text without the adapter's closing "Respond with ..." line, which
+    follows the last input field of the user message."""
+    return inp[name].split("\n\nRespond with")[0]
+
+
 def _handlers(readings: list[str], supported: set[str], kind: str = "AmbObj") -> dict:
     return {
         "TypeAmbiguity": {"reason": "'Weasley brothers' names several characters.",
                           "ambiguity_type": kind},
         "PseudoInterpretations": {"interpretations": readings},
-        "VerifyInterpretation": lambda inp: {"supported": inp["interpretation"] in supported},
+        "VerifyRetrieval": lambda inp: {
+            "evidence": "[1] quoted" if _value(inp, "interpretation") in supported else "none",
+            "verdict": "yes" if _value(inp, "interpretation") in supported else "no"},
         "ClarifyFromPassages": {"pairs": [
             {"question": RON, "answer": "Rupert Grint", "passage": 1},
             {"question": PERCY, "answer": "Chris Rankin", "passage": 2}]},
@@ -154,23 +162,39 @@ def test_one_verification_and_one_search_per_interpretation(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY, FRED], supported={RON})))
     retriever = _retriever()
     out = _diva(retriever=retriever, k_per_query=2)(question=Q)
-    assert lm.engine.count("VerifyInterpretation") == 3
-    asked = sorted(inp["interpretation"] for sig, inp in lm.engine.calls
-                   if sig == "VerifyInterpretation")
+    assert lm.engine.count("VerifyRetrieval") == 3
+    asked = sorted(_value(inp, "interpretation") for sig, inp in lm.engine.calls
+                   if sig == "VerifyRetrieval")
     assert asked == sorted([RON, PERCY, FRED])
     # eq. 4 unions over the interpretations; the question is not searched on its own
     assert retriever.searches == [(RON, 2), (PERCY, 2), (FRED, 2)]
     assert out.trace["retriever_calls"] == 3
-    assert out.trace["calls_by_module"]["VerifyInterpretation"] == 3
+    assert out.trace["calls_by_module"]["VerifyRetrieval"] == 3
     assert out.trace["lm_calls"] == 2 + 3 + 2  # type + rewrite, 3 verifications, clarify + write
 
 
 def test_verifications_run_concurrently(use_lm, monkeypatch):
+    """Three verifications meet at a barrier: run one after another, the first would wait
+    for the others forever (here: until the timeout) and record a failure."""
+    import threading
+
     monkeypatch.setenv("AMBIQA_PARALLEL", "4")
-    use_lm(scripted_lm(_handlers([RON, PERCY, FRED], supported={RON}), delay_s=0.15))
+    barrier = threading.Barrier(3)
+    missed: list[str] = []
+
+    def verify(inp):
+        try:
+            barrier.wait(timeout=10)
+        except threading.BrokenBarrierError:
+            missed.append(_value(inp, "interpretation"))
+        return {"evidence": "none", "verdict": "yes"}
+
+    handlers = _handlers([RON, PERCY, FRED], supported=set())
+    handlers["VerifyRetrieval"] = verify
+    use_lm(scripted_lm(handlers))
     out = _diva()(question=Q)
-    # overlapping verification calls make the critical path clearly shorter than the sum
-    assert out.trace["critical_path_s"] < out.trace["lm_latency_s"] - 0.15
+    assert missed == []
+    assert out.verdict == "Useful"
 
 
 # ---- diversification and pruning ------------------------------------------------------------
@@ -241,48 +265,72 @@ def test_no_passages_is_useless_without_verification_calls(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
     out = _diva(retriever=RecordingRetriever({}))(question=Q)
     assert out.verdict == "Useless" and out.path == "closed_book"
-    assert lm.engine.count("VerifyInterpretation") == 0
+    assert lm.engine.count("VerifyRetrieval") == 0
     assert any("no passages" in e for e in out.trace["events"])
 
 
 # ---- typing and pseudo-interpretations ------------------------------------------------------
 
 
-def test_type_none_gives_a_single_interpretation(use_lm):
+def test_type_none_still_rewrites_by_default(use_lm):
+    """Issue 12 item 1: every ASQA question is ambiguous; a None typing must not switch
+    diversification off (the old code made no rewrite call and searched the question)."""
+    handlers = _handlers([RON, PERCY], supported={RON, PERCY}, kind="None")
+    lm = use_lm(scripted_lm(handlers))
+    retriever = _retriever()
+    out = _diva(retriever=retriever)(question=Q)
+    assert out.ambiguity_type == "None"
+    assert lm.engine.count("PseudoInterpretations") == 1
+    (rewrite,) = [inp for sig, inp in lm.engine.calls if sig == "PseudoInterpretations"]
+    assert rewrite["ambiguity_type"] == "None"
+    assert out.pseudo_interpretations == [RON, PERCY]
+    assert [q for q, _ in retriever.searches] == [RON, PERCY]
+
+
+def test_typing_prompt_presumes_ambiguity():
+    from ambiqa.signatures.ambiguity import TypeAmbiguity
+
+    text = " ".join(TypeAmbiguity.instructions.split())
+    assert text.startswith("This question is ambiguous")
+    assert "what makes it ambiguous" in text
+
+
+def test_skip_unambiguous_option_gives_a_single_interpretation(use_lm):
     question = "What is the capital of France?"
     handlers = _handlers([], supported={question}, kind="None")
     handlers["ClarifyFromPassages"] = {"pairs": [
         {"question": question, "answer": "Paris", "passage": 1}]}
     lm = use_lm(scripted_lm(handlers))
     retriever = RecordingRetriever({question: ["noise"]})
-    out = _diva(retriever=retriever)(question=question)
+    out = _diva(retriever=retriever, skip_unambiguous=True)(question=question)
     assert out.ambiguity_type == "None"
     assert out.pseudo_interpretations == [question]
     assert lm.engine.count("PseudoInterpretations") == 0
     assert retriever.searches == [(question, 5)]
-    assert lm.engine.count("VerifyInterpretation") == 1
+    assert lm.engine.count("VerifyRetrieval") == 1
     assert out.verdict == "Useful" and out.path == "rag"
     assert out.interpretations == [{"question": question, "answer": "Paris",
                                     "passages": ["noise"]}]
 
 
-def test_unparseable_typing_degrades_to_the_question(use_lm):
-    handlers = _handlers([RON, PERCY], supported={Q})
+def test_unparseable_typing_still_rewrites(use_lm):
+    handlers = _handlers([RON, PERCY], supported={RON})
     handlers["TypeAmbiguity"] = "I think it is ambiguous, maybe."
     lm = use_lm(scripted_lm(handlers))
     out = _diva()(question=Q)
     assert out.ambiguity_type is None and out.reason == ""
-    assert out.pseudo_interpretations == [Q]
-    assert lm.engine.count("PseudoInterpretations") == 0
+    assert lm.engine.count("PseudoInterpretations") == 1
+    assert out.pseudo_interpretations == [RON, PERCY]
     assert any(e.startswith("type_ambiguity") for e in out.trace["events"])
-    assert out.verdict == "Useful" and out.answer
+    assert out.verdict == "PartialUseful" and out.answer
 
 
-def test_unknown_type_label_degrades(use_lm):
+def test_unknown_type_label_degrades_and_still_rewrites(use_lm):
     handlers = _handlers([RON], supported={Q}, kind="[AmbObj]")
-    use_lm(scripted_lm(handlers))
+    lm = use_lm(scripted_lm(handlers))
     out = _diva()(question=Q)
-    assert out.pseudo_interpretations == [Q]
+    assert out.pseudo_interpretations == [RON]
+    assert lm.engine.count("PseudoInterpretations") == 1
     assert any("type_ambiguity" in e for e in out.trace["events"])
 
 
@@ -297,15 +345,132 @@ def test_unparseable_or_empty_interpretations_degrade(use_lm):
         assert any("pseudo_interpretations" in e for e in out.trace["events"])
 
 
-def test_all_verifications_unparseable_is_useless(use_lm):
+# ---- verification: abstentions, format, field order -------------------------------------------
+
+
+def test_all_verifications_unparseable_take_the_rag_path(use_lm):
+    """Issue 12 item 2: no parsed vote is no evidence against the passages (old: Useless and
+    closed-book)."""
     handlers = _handlers([RON, PERCY], supported=set())
-    handlers["VerifyInterpretation"] = "cannot tell"
+    handlers["VerifyRetrieval"] = "cannot tell"
     lm = use_lm(scripted_lm(handlers))
     out = _diva()(question=Q)
-    assert out.verdict == "Useless" and out.path == "closed_book"
+    assert out.verdict == "Unverified" and out.path == "rag"
     assert [v["supported"] for v in out.votes] == [None, None]
-    assert lm.engine.count("ClarifyFromPassages") == 0
-    assert any("no verification parsed" in e for e in out.trace["events"])
+    assert out.abstained == 2
+    assert lm.engine.count("ClarifyFromPassages") == 1
+    assert lm.engine.count("ClosedBookLongAnswer") == 0
+    assert any("every vote abstained" in e for e in out.trace["events"])
+
+
+def test_unparsed_votes_abstain_and_the_verdict_counts_parsed_votes(use_lm):
+    handlers = _handlers([RON, PERCY, FRED], supported=set())
+    handlers["VerifyRetrieval"] = lambda inp: (
+        {"evidence": "[1] Rupert Grint played Ron Weasley.", "verdict": "Yes."}
+        if _value(inp, "interpretation") == RON else {"evidence": "?", "verdict": "maybe"})
+    lm = use_lm(scripted_lm(handlers))
+    out = _diva()(question=Q)
+    # old: the two unreadable votes were "no" -> PartialUseful; now they abstain
+    assert [v["supported"] for v in out.votes] == [True, None, None]
+    assert out.verdict == "Useful" and out.path == "rag" and out.abstained == 2
+    assert out.votes[0]["evidence"] == "[1] Rupert Grint played Ron Weasley."
+    assert sum("abstained" in e for e in out.trace["events"]) == 2
+    assert lm.engine.count("WriteLongAnswer") == 1
+
+
+def test_abstentions_do_not_hide_a_useless_verdict(use_lm):
+    handlers = _handlers([RON, PERCY], supported=set())
+    handlers["VerifyRetrieval"] = lambda inp: (
+        {"evidence": "none", "verdict": "No"} if _value(inp, "interpretation") == RON
+        else "garbage")
+    use_lm(scripted_lm(handlers))
+    out = _diva()(question=Q)
+    assert [v["supported"] for v in out.votes] == [False, None]
+    assert out.verdict == "Useless" and out.path == "closed_book"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("yes", True), ("Yes.", True), ("**YES**", True), ("yes, passage 2", True), ("True", True),
+    ("no", False), ("No.", False), ("false", False), ("[no]", False),
+    ("", None), ("maybe", None), ("The passages say yes", None), (None, None)])
+def test_parse_verdict(text, expected):
+    from ambiqa.signatures.verification import parse_verdict
+
+    assert parse_verdict(text) is expected
+
+
+def test_verifier_reasons_before_its_verdict_and_sees_passages_first():
+    """Issue 12 item 3 (evidence before the verdict, a one-word str verdict instead of a bool)
+    and issue 13 item 2 (the passage block shared by a question's votes leads the prompt)."""
+    from ambiqa.signatures.verification import VerifyRetrieval
+
+    assert list(VerifyRetrieval.input_fields) == ["passages", "interpretation"]
+    assert list(VerifyRetrieval.output_fields) == ["evidence", "verdict"]
+    assert VerifyRetrieval.output_fields["verdict"].annotation is str
+
+
+def test_verification_prompt_puts_the_shared_passages_before_the_interpretation(use_lm):
+    lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
+    _diva()(question=Q)
+    for sig, inp in lm.engine.calls:
+        if sig == "VerifyRetrieval":
+            assert list(inp)[:2] == ["passages", "interpretation"]
+
+
+def test_verification_reads_the_pruned_set_not_the_union(use_lm):
+    """Eq. 7 verifies P_i (after eq. 5), not the union of eq. 4."""
+    encoder = FakeEncoder({
+        RON: [1, 0, 0], PERCY: [0, 1, 0],
+        PASSAGES["ron"].text: [1, 0, 0], PASSAGES["percy"].text: [0, 1, 0],
+        PASSAGES["both"].text: [1, 1, 0],
+    })
+    lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON, PERCY})))
+    out = _diva(encoder=encoder, top_k=1)(question=Q)
+    assert out.pool_size == 3
+    verify_inputs = [inp for sig, inp in lm.engine.calls if sig == "VerifyRetrieval"]
+    assert len(verify_inputs) == 2
+    for inp in verify_inputs:
+        assert PASSAGES["both"].text in inp["passages"]
+        assert PASSAGES["ron"].text not in inp["passages"]
+        assert PASSAGES["percy"].text not in inp["passages"]
+
+
+def test_long_answer_receives_the_clarified_pairs(use_lm):
+    """Eq. 2 writes the answer from eq. 1's DQ/DA pairs and the kept passages."""
+    lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON, PERCY})))
+    out = _diva()(question=Q)
+    (write,) = [inp for sig, inp in lm.engine.calls if sig == "WriteLongAnswer"]
+    assert f"{RON} -> Rupert Grint" in write["interpretations"]
+    assert f"{PERCY} -> Chris Rankin" in write["interpretations"]
+    for p in out.passages:
+        assert p["text"] in write["passages"]
+
+
+# ---- decoding -------------------------------------------------------------------------------
+
+
+def test_decoding_defaults_are_the_papers_and_reach_every_call(use_lm):
+    lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
+    prog = _diva()
+    assert (prog.temperature, prog.top_p, prog.max_tokens) == (0.3, 1.0, 300)
+    prog(question=Q)
+    assert len(lm.history) == 6
+    for entry in lm.history:
+        assert entry["kwargs"]["temperature"] == 0.3
+        assert entry["kwargs"]["max_tokens"] == 300
+        assert "top_p" not in entry["kwargs"]  # 1.0 filters nothing; not sent
+
+
+def test_decoding_is_configurable(use_lm):
+    lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported=set())))
+    _diva(temperature=0, top_p=0.9, max_tokens=64)(question=Q)
+    assert lm.history and all(
+        e["kwargs"]["temperature"] == 0.0 and e["kwargs"]["top_p"] == 0.9
+        and e["kwargs"]["max_tokens"] == 64 for e in lm.history)
+    for bad in ({"temperature": -1}, {"top_p": 0}, {"top_p": 1.5}, {"max_tokens": 0},
+                {"temperature": "hot"}):
+        with pytest.raises(ConfigError):
+            _diva(**bad)
 
 
 def test_interpretations_are_cleaned_deduplicated_and_capped(use_lm):
@@ -330,7 +495,8 @@ def test_prediction_is_json_serializable(use_lm):
 def test_config_and_bad_settings():
     prog = build_program("diva", retriever=_retriever(), k_per_query=4, top_k=3)
     assert prog.config() == {"k_per_query": 4, "top_k": 3, "candidates": 0,
-                             "max_interpretations": 8}
+                             "max_interpretations": 8, "skip_unambiguous": False,
+                             "temperature": 0.3, "top_p": 1.0, "max_tokens": 300}
     assert Diva().config()["k_per_query"] == 5 and Diva().config()["top_k"] == 5
     for bad in ({"top_k": 0}, {"k_per_query": "5"}, {"candidates": -1},
                 {"max_interpretations": 0}, {"top_k": True}):
@@ -376,13 +542,16 @@ def test_query_refinement_answers_closed_book_covering_readings(use_lm):
     assert out.trace["calls_by_module"] == {"TypeAmbiguity": 1, "PseudoInterpretations": 1,
                                             "WriteLongAnswer": 1}
     (inputs,) = [inp for sig, inp in lm.engine.calls if sig == "WriteLongAnswer"]
-    assert RON in inputs["interpretations"] and PERCY in inputs["interpretations"]
+    # readings without answers are listed as questions, not as "question -> " (issue 12.16)
+    assert inputs["interpretations"].splitlines()[:2] == [f"- {RON}", f"- {PERCY}"]
+    assert "->" not in inputs["interpretations"]
     assert inputs["passages"].startswith("(no passages)")
 
 
 def test_query_refinement_degrades_to_the_question(use_lm):
     handlers = _handlers([RON], supported=set())
     handlers["TypeAmbiguity"] = "garbage"
+    handlers["PseudoInterpretations"] = "garbage too"
     use_lm(scripted_lm(handlers))
     out = QueryRefinementClosedBook()(question=Q)
     assert out.pseudo_interpretations == [Q]

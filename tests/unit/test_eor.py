@@ -326,3 +326,64 @@ def test_defaults_registry_and_config():
     json.dumps(cfg)
     assert {name for name, _ in prog.named_predictors()} == {
         "reader", "background_writer", "compressor", "judge"}
+
+
+# ---- issue 12 items 13-15 --------------------------------------------------------------------
+
+
+def test_equivalence_is_a_share_of_the_metric_weights():
+    """Scaling every metric weight by one factor changes no majority or plurality vote (old:
+    a fixed cut of 0.5 against combined similarities reaching Σω^s)."""
+    for pooling in ("majority", "plurality"):
+        for s in (0.4, 0.5):
+            base = vote(MEMBERS, {"f1": SIM}, {"f1": 1.0}, pooling=pooling, equivalence=s)
+            big = vote(MEMBERS, {"f1": SIM}, {"f1": 1.8}, pooling=pooling, equivalence=s)
+            assert big == base
+    # with Σω^s = 1.8 a pair at f1 0.45 (0.81 combined) is not "the same answer" at s = 0.5:
+    # only A-B and C-D are, so all four tie (the old absolute cut made C the plurality winner)
+    winner, scores = vote(MEMBERS, {"f1": SIM}, {"f1": 1.8}, pooling="plurality",
+                          equivalence=0.5)
+    assert winner == "A" and scores == {"A": 1.0, "B": 1.0, "C": 1.0, "D": 1.0}
+    from ambiqa.programs.eor import equivalence_cut
+
+    assert equivalence_cut(0.5, {"em": 0.6, "f1": 0.6, "emb": 0.6, "entail": 0.0}) == \
+        pytest.approx(0.9)
+
+
+class EmptyRetriever(InMemoryRetriever):
+    def search(self, query, k=5):
+        return []
+
+
+def test_a_member_with_no_passages_abstains_instead_of_voting_from_memory(use_lm):
+    lm = use_lm(lm_with(answers_for(Wiki="Paris", PK="Paris", ReFree="Lyon"),
+                        ShortAnswer=reader({"(no passages)": "Lyon", "Background": "Paris",
+                                            "Paris": "Paris"})))
+    prog = EoR(retriever=InMemoryRetriever(WIKI), sources={"BM25": EmptyRetriever(BM25)},
+               pool=("Wiki@2", "BM25@2", "PK", "ReFree"), encoder=HashEncoder())
+    out = prog(question=QUESTION)
+    assert "BM25@2" not in out.member_answers
+    assert "no passages" in out.failed_members["BM25@2"]
+    # three readers only: Wiki, PK and ReFree (which reads no passages on purpose)
+    assert lm.engine.count("ShortAnswer") == 3
+    assert out.member_answers["ReFree"] == "Lyon"
+    assert any("BM25@2 dropped" in e for e in out.trace["events"])
+
+
+def test_a_member_whose_passages_are_all_compressed_away_abstains(use_lm):
+    lm = use_lm(lm_with(answers_for(Wiki="Paris", ReFree="Lyon"),
+                        CompressForQuery={"relevant": ""}))
+    prog = make_program(pool=("Wiki@2@CP", "Wiki@2", "ReFree"))
+    out = prog(question=QUESTION)
+    assert "Wiki@2@CP" in out.failed_members
+    assert set(out.member_answers) == {"Wiki@2", "ReFree"}
+    assert lm.engine.count("ShortAnswer") == 2
+
+
+def test_hybrid_group_rerank_with_pk_runs_in_the_program(use_lm):
+    lm = use_lm(lm_with(answers_for(Wiki="Paris", PK="Paris", BM25="Lyon")))
+    prog = make_program(pool=("(BM25@2&PK&Wiki@2)@RR@2", "Wiki@1"))
+    out = prog(question=QUESTION)
+    assert out.member_answers["(BM25@2&PK&Wiki@2)@RR@2"]
+    assert len(out.member_passages["(BM25@2&PK&Wiki@2)@RR@2"]) == 2
+    assert lm.engine.count("BackgroundDocument") == 1

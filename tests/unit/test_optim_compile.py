@@ -172,7 +172,7 @@ def test_multi_predictor_program_gets_demos_per_predictor(use_lm):
         "TypeAmbiguity": {"ambiguity_type": "AmbSub", "reason": "which brother"},
         "PseudoInterpretations": lambda inp: {"interpretations": [inp["question"] + " (a)",
                                                                   inp["question"] + " (b)"]},
-        "VerifyInterpretation": {"supported": True},
+        "VerifyRetrieval": {"evidence": "none", "verdict": "yes"},
         "ClarifyFromPassages": titles_as_answers,
         "WriteLongAnswer": lambda inp: {"long_answer": "Ron Percy " + inp["interpretations"]},
         "ClosedBookLongAnswer": {"long_answer": "unknown"},

@@ -239,3 +239,63 @@ def test_prefetch_runs_searches_but_no_lm_steps():
     pool.run("Wiki@2@CP", "capital", memo)
     pool.run("PK&Wiki@RR@1", "capital", memo)
     assert len(wiki.calls) == 2 and sorted(lm_steps) == ["cp", "cp", "pk"]
+
+
+# ---- re-ranking over merged sources, PK included (the paper's HB@RR; issue 12 item 15) --------
+from ambiqa.retrieval.pool import GroupRerank  # noqa: E402
+
+
+@pytest.mark.parametrize(("spec", "tree"), [
+    ("(BM25@20&PK&Wiki@20)@RR@10", GroupRerank(Concat((Source("BM25", 20), Background(),
+                                                        Source("Wiki", 20))), 10)),
+    ("(SE@10&Wiki@20)@RR@5&Wiki@5@CP", Compress(Concat((
+        GroupRerank(Concat((Source("SE", 10), Source("Wiki", 20))), 5), Source("Wiki", 5))))),
+    (" ( pk & wiki@3 ) @ rr @ 2 ", GroupRerank(Concat((Background(), Source("wiki", 3))), 2)),
+])
+def test_group_rerank_specs_parse_and_round_trip(spec, tree):
+    node = parse_spec(spec)
+    assert node == tree
+    assert parse_spec(str(node)) == node
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [
+    ("(Wiki@5)@RR@3", "at least two parts"),
+    ("(Wiki@5&PK)", "expected '@RR@k'"),
+    ("(Wiki@5&PK)@5", "expected '@RR@k'"),
+    ("(Wiki@5&PK@RR@3", "to close the group"),
+    ("Wiki@5)", "no group is open"),
+    ("(ReFree&PK)@RR@2", "stands alone"),
+    ("(Wiki@5&PK)@RR@0", "positive"),
+])
+def test_bad_group_specs_say_what_is_wrong(spec, fragment):
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        parse_spec(spec)
+
+
+class _Vectors:
+    """Unit vectors by keyword: the question is [1, 0]; passages lean by their words."""
+
+    def encode(self, texts, **_):
+        rows = []
+        for t in texts:
+            if "capital" in t:
+                rows.append([1.0, 0.0])
+            elif "Background" in t:
+                rows.append([0.9, 0.436])
+            else:
+                rows.append([0.0, 1.0])
+        return np.asarray(rows, dtype=np.float32)
+
+
+def test_group_rerank_merges_sources_and_pk_and_reranks_them_together():
+    wiki = InMemoryRetriever([Passage("w1", "River", "The Seine is a river."),
+                              Passage("w2", "Town", "Paris is the capital.")])
+    bm25 = InMemoryRetriever([Passage("b1", "Food", "Lyon has good food.")])
+    asked: list[str] = []
+    pool = PoolRetriever({"Wiki": wiki, "BM25": bm25}, encoder=_Vectors(),
+                         background=lambda q: asked.append(q) or "Some model knowledge.")
+    got = pool.run("(BM25@1&PK&Wiki@2)@RR@2", "capital?")
+    # merged b1, PK, w1, w2; cosine to the question [1, 0]: w2 1.0, PK 0.9, others 0
+    assert got[0].id == "w2" and got[1].id.startswith("pk:")
+    assert got[0].score == pytest.approx(1.0) and got[1].score == pytest.approx(0.9)
+    assert asked == ["capital?"]

@@ -241,3 +241,27 @@ def test_generator_is_called_exactly_once_on_every_path(use_lm, over):
     lm, _, out = run(use_lm, **over)
     assert lm.engine.count("AnswerFromMemories") == 1
     assert out.answer == "Paris"
+
+
+def test_judge_and_local_summarizer_receive_what_the_paper_gives_them(use_lm):
+    """Table 1 / Alg. 1: the judge reads the overarching question and both memory queues, never
+    raw passages; the local summarizer reads the round's sub-question and that round's docs."""
+    lm, retriever, out = run(use_lm, JudgeSufficiency=[{"sufficient": False},
+                                                       {"sufficient": True}])
+    judges = [i for s, i in lm.engine.calls if s == "JudgeSufficiency"]
+    assert len(judges) == 2
+    assert all(set(j) >= {"question", "global_evidence", "local_pathway"} for j in judges)
+    assert all("passages" not in j for j in judges)
+    assert all(j["question"] == Q for j in judges)
+    # round 2's judge sees round 2's local memory entry and both global notes
+    assert f"- {SUB1} -> answer to {SUB1}" in judges[1]["local_pathway"]
+    assert judges[1]["global_evidence"].count("[round") == 2
+    assert judges[0]["local_pathway"].startswith("(none yet)")
+    for p in PASSAGES:  # no passage text leaks into the judge
+        assert p.text not in judges[1]["global_evidence"] + judges[1]["local_pathway"]
+    (local,) = [i for s, i in lm.engine.calls if s == "SummarizeLocalPathway"]
+    assert local["sub_question"] == SUB1
+    round2 = out.trajectory[1]["passage_ids"]
+    texts = {p.id: p.text for p in PASSAGES}
+    for pid in texts:
+        assert (texts[pid] in local["passages"]) == (pid in round2)

@@ -69,8 +69,16 @@ def branching(*tags: str):
     return handler
 
 
+def value(inputs: dict[str, str], name: str) -> str:
+    """An input field's text without the adapter's closing "Respond with ..." line (it follows
+    the last input field)."""
+    return inputs[name].split("\n\nRespond with")[0]
+
+
 def valid_unless(word: str):
-    return lambda inputs: {"valid": word not in inputs["interpretation"]}
+    """Self-verify handler: prune answers containing ``word`` (the paper's verifier sees the
+    AQ, the passage and the answer, not the DQ)."""
+    return lambda inputs: {"valid": word not in value(inputs, "answer")}
 
 
 def clarified(lm) -> list[str]:
@@ -183,15 +191,32 @@ def test_exactly_one_self_verify_per_node_with_its_evidence(use_lm):
                              "SelfVerify": valid_unless("bad"), "WriteLongAnswer": LONG}))
     out = make(max_nodes=6)(question=AQ)
     verified = [inp for key, inp in lm.engine.calls if key == "SelfVerify"]
-    assert Counter(v["interpretation"] for v in verified) == Counter(
-        n["question"] for n in out.tree[1:])
+    assert Counter(value(v, "answer") for v in verified) == Counter(
+        n["answer"] for n in out.tree[1:])
+    # the paper's verifier: the AQ, the answer-containing passage and the answer -- no DQ
+    assert all(list(v)[:3] == ["question", "passage", "answer"] for v in verified)
+    assert all("interpretation" not in v for v in verified)
     assert all(v["question"] == AQ for v in verified)
     # the verifier sees the node's answer-containing (here: cited) passage
-    by_q = {v["interpretation"]: v for v in verified}
+    by_a = {value(v, "answer"): v for v in verified}
     for node in out.tree[1:]:
         (pid,) = node["passages"]
         text = next(p.text for p in PASSAGES if p.id == pid)
-        assert text in by_q[node["question"]]["passage"]
+        assert text in by_a[node["answer"]]["passage"]
+
+
+def test_strict_verification_is_an_option_that_also_sees_the_dq(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "h"),
+                             "SelfVerifyStrict": lambda inp: {
+                                 "valid": "bad" not in inp["interpretation"]},
+                             "WriteLongAnswer": LONG}))
+    out = make(max_nodes=6, verification="strict")(question=AQ)
+    verified = [inp for key, inp in lm.engine.calls if key == "SelfVerifyStrict"]
+    assert verified and lm.engine.count("SelfVerify") == 0
+    assert all(list(v)[:4] == ["question", "passage", "interpretation", "answer"]
+               for v in verified)
+    assert all("bad" not in i["question"] for i in out.interpretations)
+    assert make(verification="strict").config()["verification"] == "strict"
 
 
 def test_verify_false_makes_no_self_verify_call(use_lm):
@@ -232,10 +257,10 @@ def test_restores_pruned_nodes_nearest_the_root_first(use_lm):
     def clarify(inputs):
         q = inputs["question"]
         if q == AQ:
-            return pairs(("Which Weasley alpha?", "a"), ("Which Weasley bad bravo?", "b"))
+            return pairs(("Which Weasley alpha?", "a"), ("Which Weasley bad bravo?", "bad b"))
         if q == "Which Weasley alpha?":
-            return pairs(("Which Weasley alpha bad one?", "a1"),
-                         ("Which Weasley alpha bad two?", "a2"))
+            return pairs(("Which Weasley alpha bad one?", "bad a1"),
+                         ("Which Weasley alpha bad two?", "bad a2"))
         return pairs()
 
     lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify,
@@ -255,13 +280,14 @@ def test_restores_pruned_nodes_nearest_the_root_first(use_lm):
     assert "Which Weasley alpha bad two?" not in write["interpretations"]
 
 
-def test_nothing_found_answers_the_question_as_one_reading(use_lm):
+def test_nothing_found_gives_no_interpretation(use_lm):
+    """Issue 12 item 9: the old fallback made the whole paragraph a "short answer"."""
     lm = use_lm(scripted_lm({"ClarifyFromPassages": pairs(),
                              "WriteLongAnswer": {"long_answer": "Rupert Grint played Ron."}}))
     out = make()(question=AQ)
     assert out.fallback == "no_interpretations"
-    assert out.interpretations == [{"question": AQ, "answer": "Rupert Grint played Ron.",
-                                    "passages": out.tree[0]["context"]}]
+    assert out.interpretations == []
+    assert out.answer == "Rupert Grint played Ron."
     assert [p["id"] for p in out.passages] == out.tree[0]["context"]
     assert lm.engine.count("SelfVerify") == 0 and lm.engine.count("WriteLongAnswer") == 1
 
@@ -290,6 +316,7 @@ def test_unparseable_steps_degrade_and_are_recorded(use_lm):
     out = make(max_nodes=2)(question=AQ)
     assert len(out.interpretations) == 2  # an unreadable verdict keeps the node
     assert any(e.startswith("self_verify") for e in out.trace["events"])
+    assert out.trace["lm_calls"] <= 20
 
     use_lm(scripted_lm({"ClarifyFromPassages": "garbage", "WriteLongAnswer": LONG}))
     out = make()(question=AQ)
@@ -303,11 +330,103 @@ def test_config_and_registry():
     assert isinstance(prog, TreeOfClarifications)
     assert prog.config() == {"n_retrieve": 100, "k": 5, "max_depth": 3, "max_nodes": 4,
                              "max_failed": 3, "min_nodes": 2, "verify": True,
-                             "max_workers": None}
+                             "max_workers": None, "verification": "paper",
+                             "max_lm_calls": 20}
 
 
 @pytest.mark.parametrize("bad", [{"k": 0}, {"max_depth": 0}, {"max_nodes": "3"},
-                                 {"min_nodes": 11}, {"max_workers": 0}, {"max_failed": True}])
+                                 {"min_nodes": 11}, {"max_workers": 0}, {"max_failed": True},
+                                 {"verification": "lenient"}, {"max_lm_calls": 1},
+                                 {"max_lm_calls": "20"}])
 def test_bad_settings_are_clear_errors(bad):
     with pytest.raises(ConfigError):
         TreeOfClarifications(InMemoryRetriever(PASSAGES), encoder=FakeEncoder(), **bad)
+
+
+# ---- the LM-call cap (issue 12 item 7) ------------------------------------------------------
+
+
+def test_lm_call_cap_stops_the_tree_and_is_recorded(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("x", "y", "z"),
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10, max_lm_calls=6)(question=AQ)
+    # root clarify + 3 verifications + one expansion = 5; its 3 pairs could not be verified
+    # within the cap, so they never became nodes; the answer is the 6th call
+    assert out.stop_reason == "max_lm_calls"
+    assert out.trace["lm_calls"] == 6 == len(lm.engine.calls)
+    assert lm.engine.count("WriteLongAnswer") == 1
+    assert len(out.tree) == 4 and out.n_over_limit == 3
+    assert any("LM call cap" in e for e in out.trace["events"])
+
+
+def test_lm_call_cap_bounds_a_bushy_tree_with_many_pruned_nodes(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "bad2", "bad3"),
+                             "SelfVerify": valid_unless("bad"), "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10, max_failed=10, max_depth=10)(question=AQ)
+    assert len(lm.engine.calls) <= 20
+    assert out.stop_reason == "max_lm_calls"
+
+
+def test_lm_call_cap_with_concurrent_siblings(use_lm):
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("x", "y", "z"),
+                             "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    make(max_nodes=10, max_lm_calls=6, max_workers=4)(question=AQ)
+    assert len(lm.engine.calls) <= 6
+
+
+# ---- evidence on word boundaries (item 8) and cosine re-ranking (item 10) --------------------
+
+
+@pytest.mark.parametrize("answer,text,expected", [
+    ("2", "The film was released in 2001.", False),
+    ("Paris", "A Parisian cafe.", False),
+    ("Paris", "He lived in Paris, France.", True),
+    ("2", "Season 2 aired in the autumn.", True),
+    ("The Beatles", "a song by beatles in 1965", True),
+    ("", "anything", False)])
+def test_contains_answer_matches_whole_words(answer, text, expected):
+    from ambiqa.programs.toc import contains_answer
+
+    assert contains_answer(answer, text) is expected
+
+
+def test_evidence_skips_a_cited_passage_that_holds_the_answer_only_inside_a_word(use_lm):
+    docs = [Passage("y2001", "Film release", "The film release was in 2001."),
+            Passage("s2", "Season", "Season 2 of the show aired in the autumn.")]
+    aq = "When was the film release?"
+    lm = use_lm(scripted_lm({
+        "ClarifyFromPassages": lambda inp: pairs(("Which season of the show?", "2"))
+        if inp["question"] == aq else pairs(),
+        "SelfVerify": {"valid": True}, "WriteLongAnswer": LONG}))
+    prog = TreeOfClarifications(InMemoryRetriever(docs), encoder=FakeEncoder(), n_retrieve=2,
+                                k=2, max_workers=1)
+    out = prog(question=aq)
+    assert out.tree[0]["context"][0] == "y2001"  # the clarification cited passage 1
+    assert out.tree[1]["passages"] == ["s2"]  # old substring rule: "y2001" ("2" in "2001")
+    (verify,) = [inp for key, inp in lm.engine.calls if key == "SelfVerify"]
+    assert "Season 2" in verify["passage"]
+
+
+class ScaledEncoder(SharedResource):
+    """Unnormalised vectors: a dot product prefers the long "big" passage, cosine the "near"
+    one."""
+
+    def encode(self, texts):
+        rows = []
+        for t in texts:
+            if "near" in t:
+                rows.append([0.9, 0.1])
+            elif "big" in t:
+                rows.append([5.0, 5.0])
+            else:
+                rows.append([1.0, 0.0])
+        return np.asarray(rows, dtype=np.float32)
+
+
+def test_reranking_is_by_cosine_whatever_the_encoder(use_lm):
+    docs = [Passage("big", "big", "big passage"), Passage("near", "near", "near passage")]
+    use_lm(scripted_lm({"ClarifyFromPassages": pairs(), "WriteLongAnswer": LONG}))
+    prog = TreeOfClarifications(InMemoryRetriever(docs), encoder=ScaledEncoder(),
+                                n_retrieve=2, k=1, max_workers=1)
+    out = prog(question="Which one?")
+    assert out.tree[0]["context"] == ["near"]

@@ -70,3 +70,32 @@ def test_missing_retriever_is_a_clear_error(use_lm):
     use_lm(scripted_lm({"ClarifyFromPassages": {"pairs": []}}))
     with pytest.raises(ConfigError, match="needs a retriever"):
         VanillaRAG()(question="Who?")
+
+
+# ---- safe_step degrades only on the errors it means (issue 12 item 16) -------------------------
+
+
+def test_safe_step_degrades_on_parse_failures_and_unreachable_lms_only():
+    import pytest
+    from dspy.utils.exceptions import AdapterParseError, LMTimeoutError
+
+    from ambiqa.programs.base import safe_step
+    from ambiqa.tracing import track
+
+    def raises(exc):
+        def fn():
+            raise exc
+        return fn
+
+    with track() as t:
+        from ambiqa.signatures.answering import ShortAnswer
+
+        parse = AdapterParseError(adapter_name="ChatAdapter", signature=ShortAnswer,
+                                  lm_response="x")
+        assert safe_step("a", raises(parse), "D") == "D"
+        assert safe_step("b", raises(LMTimeoutError("slow")), "D") == "D"
+    assert [e.split(":")[0] for e in t.events] == ["a", "b"]
+    # a bug in our own code is not a degraded step: it raises
+    for bug in (ValueError("bad index"), KeyError("passages"), TypeError("not callable")):
+        with pytest.raises(type(bug)):
+            safe_step("c", raises(bug), "D")

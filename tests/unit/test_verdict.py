@@ -122,7 +122,7 @@ def _lm(pairs=None, **extra):
 def test_one_retrieval_and_one_interpret_call_per_passage(use_lm):
     lm = use_lm(_lm())
     retriever = RecordingRetriever(PASSAGES)
-    prog = VerDICt(retriever, n_passages=9, encoder=FakeEncoder(VECTORS))
+    prog = VerDICt(retriever, n_passages=9, rerank_depth=0, encoder=FakeEncoder(VECTORS))
     out = prog(question=QUESTION)
 
     assert retriever.calls == [("Weasley actors Harry Potter", 9)]  # relaxed query, once
@@ -142,7 +142,8 @@ def test_one_retrieval_and_one_interpret_call_per_passage(use_lm):
 def test_abstains_are_excluded_and_counted(use_lm):
     use_lm(_lm())
     encoder = FakeEncoder(VECTORS)
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(question=QUESTION)
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  encoder=encoder)(question=QUESTION)
     # p8 abstains explicitly; p9n says abstain=False but gives no interpretation ("none").
     assert out.n_abstained == 2 and out.n_dropped == 0
     assert [c["passage"] for c in out.candidates] == [f"p{i}" for i in range(1, 8)]
@@ -152,7 +153,8 @@ def test_abstains_are_excluded_and_counted(use_lm):
 def test_embeds_interpretation_joined_with_answer(use_lm):
     use_lm(_lm())
     encoder = FakeEncoder(VECTORS)
-    VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(question=QUESTION)
+    VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+            encoder=encoder)(question=QUESTION)
     assert encoder.calls[0][0] == embedding_text("Who played Fred a?", "James Phelps")
     assert encoder.calls[0][0] == "Who played Fred a? James Phelps"
 
@@ -171,7 +173,7 @@ def test_program_keeps_medoids_and_cites_their_passages(use_lm):
             "Fred c": [1.0, 0.15, 0.15, 0.0]}
     use_lm(_lm())
     retriever = RecordingRetriever(PASSAGES)
-    out = VerDICt(retriever, n_passages=9,
+    out = VerDICt(retriever, n_passages=9, rerank_depth=0,
                   encoder=FakeEncoder({**fred, **PERCY, **RON}))(question=QUESTION)
     got = {(i["answer"], tuple(i["passages"])) for i in out.interpretations}
     assert ("James Phelps", ("p3",)) in got
@@ -187,7 +189,7 @@ def test_program_keeps_medoids_and_cites_their_passages(use_lm):
 
 def test_long_answer_reads_only_the_cited_passages(use_lm):
     lm = use_lm(_lm())
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9,
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
                   encoder=FakeEncoder(VECTORS))(question=QUESTION)
     assert out.answer == "Several Weasleys were played by different actors."
     (inputs,) = [inp for key, inp in lm.engine.calls if key == "WriteLongAnswer"]
@@ -203,7 +205,8 @@ def test_long_answer_reads_only_the_cited_passages(use_lm):
 ])
 def test_conservativeness_changes_noise_handling(use_lm, mode, answers):
     use_lm(_lm())
-    prog = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, conservativeness=mode,
+    prog = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                   conservativeness=mode,
                    encoder=FakeEncoder(VECTORS))
     assert prog.config()["conservativeness"] == mode
     out = prog(question=QUESTION)
@@ -212,17 +215,17 @@ def test_conservativeness_changes_noise_handling(use_lm, mode, answers):
     assert ron[0]["cluster"] == -1 and ron[0]["medoid"] is (mode == "recall")
 
 
-def test_precision_merges_close_clusters():
+def test_close_clusters_merge_in_every_mode():
     close_a = [[1.0, 0.2, 0.0, 0.0], [1.0, 0.21, 0.01, 0.0], [1.0, 0.19, 0.0, 0.01]]
     close_b = [[1.0, -0.2, 0.0, 0.0], [1.0, -0.21, 0.01, 0.0], [1.0, -0.19, 0.0, 0.01]]
     outlier = [[0.0, 0.0, 0.0, 1.0]]
     vectors = np.array(close_a + close_b + outlier)
-    labels, chosen = consolidate(vectors, 2, "balanced")
-    assert len(chosen) == 2 and labels[-1] == -1
-    labels, chosen = consolidate(vectors, 2, "precision")
-    assert len(chosen) == 1 and len(set(labels[:6])) == 1 and labels[-1] == -1
-    labels, chosen = consolidate(vectors, 2, "recall")
-    assert len(chosen) == 3 and chosen[-1] == 6
+    # cos(a, b) ~ 0.92: one reading in every mode (issue 12 item 11)
+    for mode in ("recall", "balanced", "precision"):
+        labels, chosen = consolidate(vectors, 2, mode)
+        assert len(set(labels[:6])) == 1 and labels[-1] == -1
+        assert len(chosen) == (2 if mode == "recall" else 1)
+        assert chosen[-1] == (6 if mode == "recall" else chosen[0])
     # far-apart clusters are never merged
     groups = merge_close_clusters(np.eye(3), [[0], [1], [2]])
     assert sorted(groups) == [[0], [1], [2]]
@@ -240,7 +243,7 @@ def test_unparseable_reply_drops_only_that_passage(use_lm):
     pairs = dict(PAIRS)
     pairs["p2"] = "garbled output with no fields at all"
     use_lm(_lm(pairs))
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9,
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
                   encoder=FakeEncoder(VECTORS))(question=QUESTION)
     assert out.n_dropped == 1 and out.n_abstained == 2
     assert [c["passage"] for c in out.candidates] == ["p1", "p3", "p4", "p5", "p6", "p7"]
@@ -251,7 +254,7 @@ def test_unparseable_reply_drops_only_that_passage(use_lm):
 def test_all_abstain_falls_back_to_closed_book_ungrounded(use_lm):
     lm = use_lm(_lm({pid: None for pid in PAIRS}))
     encoder = FakeEncoder(VECTORS)
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0, encoder=encoder)(
         question=QUESTION)
     assert out.interpretations == [] and out.candidates == []
     assert out.grounded is False and out.n_abstained == 9
@@ -267,7 +270,7 @@ def test_single_candidate_skips_clustering(use_lm):
     pairs["p4"] = ("Who played Percy a?", "Chris Rankin")
     use_lm(_lm(pairs))
     encoder = FakeEncoder(VECTORS)
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, encoder=encoder)(
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0, encoder=encoder)(
         question=QUESTION)
     assert encoder.calls == []
     assert out.interpretations == [{"question": "Who played Percy a?", "answer": "Chris Rankin",
@@ -278,7 +281,8 @@ def test_single_candidate_skips_clustering(use_lm):
 def test_failed_relaxation_searches_the_question(use_lm):
     use_lm(_lm(RelaxQuery="no fields"))
     retriever = RecordingRetriever(PASSAGES)
-    out = VerDICt(retriever, n_passages=3, encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(retriever, n_passages=3, rerank_depth=0,
+                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
     assert retriever.calls == [(QUESTION, 3)]
     assert out.relaxed_query == QUESTION
     assert any("verdict.relax" in e for e in out.trace["events"])
@@ -286,8 +290,8 @@ def test_failed_relaxation_searches_the_question(use_lm):
 
 def test_short_mode_writes_no_long_answer(use_lm):
     lm = use_lm(_lm())
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, long_answer=False,
-                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  long_answer=False, encoder=FakeEncoder(VECTORS))(question=QUESTION)
     assert lm.engine.count("WriteLongAnswer") == 0
     assert "James Phelps" in out.answer and "Chris Rankin" in out.answer
 
@@ -295,8 +299,8 @@ def test_short_mode_writes_no_long_answer(use_lm):
 def test_duplicate_pairs_are_kept_once(use_lm):
     pairs = {pid: ("Who played Ron?", "Rupert Grint") for pid in PAIRS}
     use_lm(_lm(pairs))
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, conservativeness="recall",
-                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  conservativeness="recall", encoder=FakeEncoder(VECTORS))(question=QUESTION)
     assert [i["answer"] for i in out.interpretations] == ["Rupert Grint"]
 
 
@@ -304,7 +308,8 @@ def test_config_and_registry():
     prog = build_program("verdict", retriever=RecordingRetriever(PASSAGES), n_passages=6)
     assert isinstance(prog, VerDICt)
     assert prog.config() == {"n_passages": 6, "min_cluster_size": 2,
-                             "conservativeness": "balanced", "long_answer": True}
+                             "conservativeness": "balanced", "long_answer": True,
+                             "rerank_depth": 100}
     assert VerDICt().config()["n_passages"] == 20
     # the LM steps an optimizer can tune, by name
     assert [n for n, _ in prog.named_predictors()] == [
@@ -313,7 +318,8 @@ def test_config_and_registry():
 
 @pytest.mark.parametrize("bad", [{"min_cluster_size": 1}, {"min_cluster_size": 2.5},
                                  {"conservativeness": "aggressive"}, {"n_passages": 0},
-                                 {"n_passages": True}])
+                                 {"n_passages": True}, {"rerank_depth": -1},
+                                 {"reranker": object()}])
 def test_bad_settings_are_clear_errors(bad):
     with pytest.raises(ConfigError):
         VerDICt(**bad)
@@ -323,3 +329,80 @@ def test_missing_retriever_is_a_clear_error(use_lm):
     use_lm(_lm())
     with pytest.raises(ConfigError, match="needs a retriever"):
         VerDICt(encoder=FakeEncoder(VECTORS))(question=QUESTION)
+
+
+# ---- one reading, one interpretation (issue 12 item 11) --------------------------------------
+
+
+PARAPHRASES = {  # six wordings of one reading, in two slightly different sub-blobs
+    "Fred one": [1.0, 0.15, 0.0, 0.0], "Fred two": [1.0, 0.15, 0.01, 0.0],
+    "Fred three": [1.0, 0.15, 0.02, 0.0], "Fred four": [1.0, -0.15, 0.0, 0.0],
+    "Fred five": [1.0, -0.15, 0.01, 0.0], "Fred six": [1.0, -0.15, 0.02, 0.0]}
+
+
+@pytest.mark.parametrize("mode", ["recall", "balanced", "precision"])
+def test_a_blob_of_paraphrases_is_one_interpretation_in_every_mode(use_lm, mode):
+    names = list(PARAPHRASES)
+    pairs = {f"p{i}": (f"Who played {name} Weasley?", "James Phelps")
+             for i, name in enumerate(names, start=1)}
+    pairs["p7"] = None
+    passages = [_passage(pid, f"text of {pid}") for pid in pairs] + [
+        _passage("p8", "x"), _passage("p9n", "y")]
+    use_lm(_lm(pairs))
+    out = VerDICt(RecordingRetriever(passages), n_passages=9, rerank_depth=0,
+                  conservativeness=mode, encoder=FakeEncoder(PARAPHRASES))(question=QUESTION)
+    assert len(out.interpretations) == 1
+    assert len({c["cluster"] for c in out.candidates}) == 1
+
+
+def test_recall_mode_merges_a_noise_point_that_paraphrases_a_cluster():
+    blob = [[1.0, 0.0, 0.0], [1.0, 0.01, 0.0], [1.0, 0.0, 0.01]]
+    near = [[1.0, 0.3, 0.0]]  # cos ~0.96 to the blob, but too far for HDBSCAN's cluster
+    far = [[0.0, 0.0, 1.0]]
+    labels, chosen = consolidate(np.array(blob + near + far), 3, "recall")
+    assert labels[3] == labels[0] and labels[4] == -1
+    assert chosen == [0, 4] or chosen == [1, 4] or chosen == [2, 4]
+
+
+# ---- second-stage re-ranking (issue 12 item 12) ----------------------------------------------
+
+
+class ReverseReranker:
+    """Re-ranks by reversing the candidates; records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str], int]] = []
+
+    def rerank(self, query, passages, k=None):
+        self.calls.append((query, [p.id for p in passages], k))
+        return list(reversed(passages))[:k]
+
+
+def test_second_stage_reranks_the_deeper_pool_to_n_passages(use_lm):
+    lm = use_lm(_lm())
+    retriever = RecordingRetriever(PASSAGES)
+    reranker = ReverseReranker()
+    out = VerDICt(retriever, n_passages=3, rerank_depth=9, reranker=reranker,
+                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    assert retriever.calls == [("Weasley actors Harry Potter", 9)]
+    assert reranker.calls == [("Weasley actors Harry Potter", [p.id for p in PASSAGES], 3)]
+    assert [p["id"] for p in out.passages] == ["p9n", "p8", "p7"]
+    read = sorted(_pid(inp) for key, inp in lm.engine.calls if key == "InterpretFromPassage")
+    assert read == ["p7", "p8", "p9n"]
+
+
+def test_reranking_is_on_by_default_with_the_sentence_reranker():
+    from ambiqa.retrieval.rerank import SentenceReranker
+
+    prog = VerDICt(RecordingRetriever(PASSAGES))
+    assert prog.rerank_depth == 100 and prog.n_passages == 20
+    assert isinstance(prog.reranker, SentenceReranker)
+
+
+def test_interpret_prompt_carries_the_papers_rules():
+    from ambiqa.signatures.disambiguation import InterpretFromPassage
+
+    text = " ".join(InterpretFromPassage.instructions.split())
+    assert "at most one reading per passage" in text
+    assert "clearest time reference" in text
+    assert list(InterpretFromPassage.input_fields) == ["question", "passage"]
