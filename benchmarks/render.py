@@ -45,6 +45,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/sections/method_comparison.md",
     "benchmarks/results/compare/TABLES.md",
     "benchmarks/results/rouge_splitter.md",
+    "benchmarks/results/verifier.md",
     "benchmarks/results/sections/compile.md",
     "benchmarks/results/faults.md",
     "benchmarks/results/methods_cost-fake.md",
