@@ -3,7 +3,9 @@
 ``ambiqa reader train`` fine-tunes all-MiniLM-L6-v2 with a span head on ASQA training long
 answers (see :mod:`ambiqa.evaluation.reader_training`) into ``$AMBIQA_CACHE/readers/<name>``;
 once it exists, D-F1 uses it by default (``--reader lm`` keeps the LM stand-in).
-``ambiqa reader info [DIR]`` checks a checkpoint (manifest, sha256) and prints its manifest.
+``ambiqa reader calibrate [DIR]`` recalibrates the null threshold on training examples and
+revalidates; ``ambiqa reader info [DIR]`` checks a checkpoint (manifest, sha256) and prints
+its manifest.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
                             limit=args.limit, threads=args.threads, save_every=args.save_every,
                             max_minutes=args.max_minutes, fresh=args.fresh,
                             log=lambda m: print(m, flush=True),
-                            command="ambiqa " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                            command="ambiqa " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                            calibration_sample=args.calibration_sample)
     print(f"reader {manifest['name']} written to {out} ({manifest['steps']} steps, "
           f"{manifest['train_s'] / 60:.1f} min)")
     return 0
@@ -41,6 +44,28 @@ def cmd_reader_info(args: argparse.Namespace) -> int:
     manifest = verify_checkpoint(path)
     print(json.dumps(manifest, indent=2, ensure_ascii=False))
     return 0
+
+
+def cmd_reader_calibrate(args: argparse.Namespace) -> int:
+    from ambiqa.evaluation.extractive import default_reader_dir
+    from ambiqa.evaluation.reader_training import calibrate_and_validate
+
+    path = Path(args.path).expanduser() if args.path else default_reader_dir()
+    manifest = calibrate_and_validate(path, dev=None if args.no_validate else args.dev,
+                                      threads=args.threads, calibration_sample=args.sample,
+                                      limit=(manifest_limit(path)),
+                                      log=lambda m: print(m, flush=True))
+    print(f"{manifest['name']}: null threshold "
+          f"{(manifest.get('calibration') or {}).get('null_threshold')}, validation "
+          f"D-F1 on human long answers {(manifest.get('validation') or {}).get('d_f1_human')}")
+    return 0
+
+
+def manifest_limit(path: Path) -> int | None:
+    """The training-question limit the checkpoint was trained with (calibration reuses it)."""
+    from ambiqa.evaluation.extractive import read_manifest
+
+    return (read_manifest(path).get("data") or {}).get("limit")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +101,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--max-minutes", type=float, default=None,
                    help="stop early at this training time and finish with the steps taken")
     t.add_argument("--fresh", action="store_true", help="discard a partial earlier run")
+    t.add_argument("--calibration-sample", type=int, default=400,
+                   help="training examples used to calibrate the null threshold (0 = none)")
     t.set_defaults(fn=cmd_reader_train)
+
+    c = rsub.add_parser("calibrate", help="recalibrate the null threshold on training "
+                                          "examples and revalidate (rewrites the manifest)")
+    c.add_argument("path", nargs="?", default=None,
+                   help="checkpoint directory (default: the default reader in the cache)")
+    c.add_argument("--sample", type=int, default=400, help="training examples to calibrate on")
+    c.add_argument("--dev", default="asqa:dev")
+    c.add_argument("--no-validate", action="store_true")
+    c.add_argument("--threads", type=int, default=2)
+    c.set_defaults(fn=cmd_reader_calibrate)
 
     i = rsub.add_parser("info", help="check a reader checkpoint and print its manifest")
     i.add_argument("path", nargs="?", default=None,

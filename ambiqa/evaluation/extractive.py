@@ -177,8 +177,11 @@ def windows(tokenizer: Any, question: str, context: str, *, max_length: int = 38
     ``max_question_tokens`` is itself cut into overlapping parts, and every question part is
     paired with every context window, so a long question is read in full rather than cut.
     """
-    q_ids = tokenizer(question, add_special_tokens=False)["input_ids"]
-    enc = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)
+    # verbose=False: a context longer than the model's window is expected here (it is cut
+    # into windows below), so the tokenizer's "sequence too long" warning would mislead.
+    q_ids = tokenizer(question, add_special_tokens=False, verbose=False)["input_ids"]
+    enc = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True,
+                    verbose=False)
     c_ids, c_off = enc["input_ids"], enc["offset_mapping"]
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     q_parts = [q_ids[s:e] for s, e in
@@ -216,12 +219,14 @@ def pad_batch(batch: Sequence[Window], pad_id: int) -> dict[str, Any]:
 
 
 def best_span(wins: Sequence[Window], start_logits: Any, end_logits: Any, context: str, *,
-              max_answer_tokens: int = 30, top_n: int = 20) -> tuple[str, float, float]:
+              max_answer_tokens: int = 30, top_n: int = 20, null_threshold: float = 0.0
+              ) -> tuple[str, float, float]:
     """``(answer, best span score, null score)`` over all windows of one question.
 
     SQuAD 2.0 decision as transformers' question-answering pipeline makes it: the null score
-    is the lowest ``start[CLS] + end[CLS]`` over the windows; the answer is "" unless some
-    span in some window scores higher.
+    is the lowest ``start[CLS] + end[CLS]`` over the windows; the answer is "" unless the best
+    span in any window beats it by more than ``null_threshold`` (0 = the pipeline's rule; the
+    SQuAD 2.0 recipe calibrates it, here on training data, see ``ambiqa reader train``).
     """
     best_text, best_score = "", float("-inf")
     null_score = float("inf")
@@ -241,7 +246,7 @@ def best_span(wins: Sequence[Window], start_logits: Any, end_logits: Any, contex
                     a, b = w.offsets[i], w.offsets[j]
                     assert a is not None and b is not None
                     best_score, best_text = score, context[a[0]:b[1]]
-    if best_score <= null_score:
+    if best_score - null_score <= null_threshold:
         return "", best_score, null_score
     return best_text.strip(), best_score, null_score
 
@@ -336,6 +341,8 @@ class ExtractiveReader(SharedResource):
         self.doc_stride = int(cfg.get("doc_stride", 128))
         self.max_question_tokens = int(cfg.get("max_question_tokens", 64))
         self.max_answer_tokens = int(cfg.get("max_answer_tokens", 30))
+        self.null_threshold = float((self.manifest.get("calibration") or {})
+                                    .get("null_threshold", 0.0))
         self.name = f"extractive:{path.name}"
         self._lock = threading.Lock()
 
@@ -362,6 +369,7 @@ class ExtractiveReader(SharedResource):
                     starts += list(out.start_logits)
                     ends += list(out.end_logits)
             result = best_span(wins, starts, ends, context,
-                               max_answer_tokens=self.max_answer_tokens)
+                               max_answer_tokens=self.max_answer_tokens,
+                               null_threshold=self.null_threshold)
         record_compute("reader", t0, time.perf_counter())
         return result

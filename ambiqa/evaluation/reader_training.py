@@ -276,10 +276,8 @@ def validate(reader: ExtractiveReader, dev: Sequence[Any], *,
     t0 = time.perf_counter()
     reads = 0
     for rec in dev:
-        pairs = list(getattr(rec, "qa_pairs", None) or rec.get("qa_pairs") or []) \
-            if not isinstance(rec, dict) else list(rec.get("qa_pairs") or [])
-        longs = (rec.get("long_answers") if isinstance(rec, dict)
-                 else getattr(rec, "long_answers", None)) or []
+        pairs = list(rec.get("qa_pairs") or [])
+        longs = list(rec.get("long_answers") or [])
         scores = []
         for long_answer in longs:
             if not pairs:
@@ -319,7 +317,8 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
                  dev: str | None = "asqa:dev", limit: int | None = None,
                  threads: int = 2, save_every: int = 25, max_minutes: float | None = None,
                  fresh: bool = False, log: Callable[[str], None] = print,
-                 command: str | None = None) -> dict[str, Any]:
+                 command: str | None = None, calibration_sample: int = 400
+                 ) -> dict[str, Any]:
     """Train (or resume) a reader into ``out_dir``; returns the manifest.
 
     ``max_minutes`` stops the schedule early at a save point (the manifest records the steps
@@ -333,6 +332,18 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
                           hint="use a training split, e.g. --train asqa:train")
     out = Path(out_dir).expanduser() if out_dir is not None else default_reader_dir()
     refuse_repo_output(out)
+    if (out / MANIFEST_NAME).is_file() and not fresh and not (out / "work").exists():
+        try:
+            done = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            done = {}
+        if (done.get("config") or {}) == {**asdict(cfg), "base": str(_base_model_path(
+                cfg.base or None))} and (done.get("data") or {}).get("limit") == limit:
+            log(f"{out} already holds this reader ({done.get('steps')} steps); "
+                "add --fresh to train it again")
+            return done
+        raise ConfigError(f"{out} already holds a reader trained with other options",
+                          hint="add --fresh to replace it, or choose another --name/--out")
     base = _base_model_path(cfg.base or None)
     cfg.base = str(base)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -432,15 +443,16 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
             break
     train_s = elapsed_before + time.perf_counter() - t_start
     return _finish(out, work, model, tokenizer, cfg, counts, step, total, train_s, cut,
-                   steps_per_epoch, len(feats), limit, dev, threads, log, command)
+                   steps_per_epoch, len(feats), limit, dev, threads, log, command,
+                   calibration_sample)
 
 
 def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
             counts: dict[str, int], step: int, total: int, train_s: float, cut: bool,
             steps_per_epoch: int, n_feats: int, limit: int | None, dev: str | None,
-            threads: int, log: Callable[[str], None], command: str | None = None
-            ) -> dict[str, Any]:
-    """Write the final checkpoint, validate it, then the manifest (the commit point)."""
+            threads: int, log: Callable[[str], None], command: str | None = None,
+            calibration_sample: int = 400) -> dict[str, Any]:
+    """Write the final checkpoint and a provisional manifest, then calibrate and validate."""
     from ambiqa.fsutil import atomic_write, atomic_write_text
 
     manifest_path = out / MANIFEST_NAME
@@ -470,12 +482,77 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "validation": None,
     }
-    # A provisional manifest lets ExtractiveReader load the checkpoint for validation.
+    # A provisional manifest lets ExtractiveReader load the checkpoint for calibration and
+    # validation; its weights are final already.
     atomic_write_json(manifest_path, manifest)
-    if dev:
-        from ambiqa.data.specs import load_dataset
+    shutil.rmtree(work, ignore_errors=True)
+    return calibrate_and_validate(out, dev=dev, threads=threads, log=log,
+                                  calibration_sample=calibration_sample, limit=limit)
 
-        reader = ExtractiveReader(out, threads=threads)
+
+def calibrate_null_threshold(margins: Sequence[float], texts: Sequence[str],
+                             examples: Sequence[ReaderExample]) -> dict[str, Any]:
+    """The null threshold that maximises SQuAD 2.0 F1 on ``examples`` (the official script's
+    ``best_f1_thresh``): an answerable example scores the token F1 of its best span if that
+    span beats the null score by more than the threshold, else 0; a no-answer example scores 1
+    when the reader abstains. ``margins`` are best span score minus null score."""
+    from ambiqa.evaluation.metrics import token_f1
+
+    gains = [token_f1(t, e.aliases) if e.answer_start is not None else 0.0
+             for t, e in zip(texts, examples, strict=True)]
+    null_gain = [0.0 if e.answer_start is not None else 1.0 for e in examples]
+    n = max(1, len(examples))
+
+    def score(th: float) -> float:
+        return sum(g if m > th else z for m, g, z in zip(margins, gains, null_gain,
+                                                         strict=True)) / n
+
+    candidates = sorted({0.0, float("-inf"), *(m - 1e-6 for m in margins)})
+    best = max(candidates, key=lambda th: (round(score(th), 6), -abs(th)))
+    return {"null_threshold": best if math.isfinite(best) else -1e9,
+            "f1_at_threshold": round(score(best), 4), "f1_at_zero": round(score(0.0), 4),
+            "abstain_share": round(sum(m <= best for m in margins) / n, 4)}
+
+
+def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
+                           threads: int = 2, calibration_sample: int = 400,
+                           limit: int | None = None,
+                           log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Calibrate the null threshold on training examples, then validate; rewrite the manifest.
+
+    The SQuAD 2.0 recipe picks the threshold on held-out data; to keep evaluation data out,
+    it is picked on a seeded sample of the *training* examples (built exactly as for training,
+    no-answer examples included). A short training run leaves the null score poorly scaled,
+    and without this the reader abstains on answers it has found.
+    """
+    from ambiqa.data.specs import load_dataset
+
+    out = Path(out).expanduser()
+    reader = ExtractiveReader(out, threads=threads)
+    manifest = dict(reader.manifest)
+    cfg = manifest.get("config") or {}
+    if calibration_sample > 0:
+        records = load_dataset(cfg.get("train", "asqa:train"))
+        if limit:
+            records = records[:limit]
+        examples, _ = build_examples(records, removed_negatives=float(
+            cfg.get("removed_negatives", 0.0)), seed=int(cfg.get("seed", 0)))
+        sample = list(examples)
+        random.Random(int(cfg.get("seed", 0)) + 17).shuffle(sample)
+        sample = sample[:calibration_sample]
+        log(f"calibrating the null threshold on {len(sample)} training examples…")
+        reader.null_threshold = float("-inf")
+        margins, texts = [], []
+        for e in sample:
+            text, best, null = reader.answer_with_scores(e.question, e.context)
+            margins.append(best - null if text else float("-inf"))
+            texts.append(text)
+        cal = calibrate_null_threshold(margins, texts, sample)
+        manifest["calibration"] = {"data": cfg.get("train"), "n": len(sample), **cal}
+        reader.null_threshold = float(cal["null_threshold"])
+        log(f"null threshold {cal['null_threshold']:.3f}: training-sample F1 "
+            f"{cal['f1_at_threshold']} (at 0: {cal['f1_at_zero']})")
+    if dev:
         dev_records = load_dataset(dev)
         dev_examples, dev_counts = build_examples(dev_records)
         log(f"validating on {dev} ({len(dev_records)} questions)…")
@@ -483,6 +560,5 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
         manifest["validation"] = {"data": dev, "examples": dev_counts, **scores}
         log(f"validation: D-F1 reading the annotators' long answers = {scores['d_f1_human']}, "
             f"{scores['ms_per_question']} ms/question")
-    atomic_write_json(manifest_path, manifest)
-    shutil.rmtree(work, ignore_errors=True)
+    atomic_write_json(out / MANIFEST_NAME, manifest)
     return manifest

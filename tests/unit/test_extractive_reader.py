@@ -348,3 +348,41 @@ def test_training_refuses_dev_data_and_repo_output(tmp_path) -> None:
         refuse_repo_output(repo / "readers" / "r")
     refuse_repo_output(repo / ".ambiqa-cache" / "readers" / "r")  # the ignored test cache
     refuse_repo_output(Path(tmp_path / "elsewhere"))
+
+
+def test_rerun_of_a_finished_reader_does_not_retrain(tiny_reader) -> None:
+    out, manifest = tiny_reader
+    logs: list[str] = []
+    again = train_reader(out, config=TrainConfig(**TINY), dev="asqa:dev:3", limit=4,
+                         log=logs.append)
+    assert again == manifest and "already holds this reader" in logs[0]
+    with pytest.raises(ConfigError, match="other options"):
+        train_reader(out, config=TrainConfig(**dict(TINY, max_steps=5)), limit=4,
+                     log=lambda m: None)
+
+
+def test_null_threshold_calibration_maximises_squad2_f1() -> None:
+    from ambiqa.evaluation.reader_training import calibrate_null_threshold
+
+    ans = ReaderExample("a", "q", "c", "x", 0, ["Paris"])
+    noans = ReaderExample("b", "q", "c", "", None, ["Rome"])
+    # two right answers with low margins, one no-answer example with a higher margin:
+    # abstaining below -1 loses nothing, abstaining on the no-answer one would cost both
+    margins = [-1.0, -0.5, 2.0]
+    texts = ["Paris", "Paris", "Berlin"]
+    cal = calibrate_null_threshold(margins, texts, [ans, ans, noans])
+    assert cal["null_threshold"] < -1.0
+    assert cal["f1_at_threshold"] == round(2 / 3, 4) and cal["f1_at_zero"] == 0.0
+    # a confident wrong answer on a no-answer example and an unsure one: abstain on the latter
+    cal = calibrate_null_threshold([3.0, -2.0], ["Paris", "Madrid"], [ans, noans])
+    assert -2.0 <= cal["null_threshold"] < 3.0 and cal["f1_at_threshold"] == 1.0
+    assert cal["abstain_share"] == 0.5
+
+
+def test_tiny_reader_manifest_records_calibration(tiny_reader) -> None:
+    from ambiqa.evaluation.reader import make_reader
+
+    out, manifest = tiny_reader
+    cal = manifest["calibration"]
+    assert cal["data"] == "asqa:train" and cal["n"] > 0
+    assert make_reader(str(out)).null_threshold == cal["null_threshold"]
