@@ -253,6 +253,50 @@ def _calibration_line(m: dict[str, Any]) -> str:
             "too high, so the uncalibrated reader abstained on answers it had found).")
 
 
+COMPILE_DIR = ROOT / "benchmarks/results/reader-compile"
+
+
+COMPILE_NOTES = """
+The program's LM is the fake OpenAI-compatible endpoint (`python benchmarks/fake_openai_server.py
+--delay 0.05`, URL in `$URL`), so the counts come from the compile's own trace, not from a real
+model's quality; index `bm25:wiki-bm25`. Raw outputs: `benchmarks/results/reader-compile/`.
+
+- dry run: `ambiqa compile vanilla_rag --train asqa:train:20 --metric d-f1 --optimizer bootstrap
+  --dry-run --sample 3 --index bm25:wiki-bm25 --lm openai/fake --api-base $URL --no-cache
+  [--reader lm]` -- an upper bound that runs the teacher on all 20 questions; the LM reader
+  costs one call per disambiguated question (2.67 per question in the 3-question sample; ASQA
+  train averages 2.74).
+- real compile: the same without `--dry-run`, with `--out /tmp/art_{default,lm}.json`. With the
+  LM reader, bootstrapping stopped after 6 questions because the fake reader's echoes earned
+  partial credit (6 x 2 program calls + 18 reader calls); with the extractive reader the fake
+  long answers never scored, so all 20 questions were tried and no scoring call was made. With
+  a real LM the extractive reader saves one LM call per disambiguated question scored.
+"""
+
+
+def _compile_section() -> list[str]:
+    """The LM calls of a vanilla_rag compile per reader, from the raw outputs stored in
+    ``benchmarks/results/reader-compile/`` (commands below; they need the fake endpoint)."""
+    rows = []
+    for key in ("default", "lm"):
+        try:
+            dry = json.loads((COMPILE_DIR / f"dry-run-{key}.json").read_text())
+            real = json.loads((COMPILE_DIR / f"compile-{key}.json").read_text())
+        except (OSError, ValueError):
+            return []
+        by_mod = real["cost"].get("calls_by_module", {})
+        scoring = by_mod.get("ReadShortAnswer", 0)
+        total = real["cost"]["lm_calls"]
+        how = " (default)" if key == "default" else " (`--reader lm`)"
+        rows.append(f"| `{real['reader']}`{how}"
+                    f" | {dry['lm_calls']} + {dry['metric_lm_calls']} = {dry['total_lm_calls']}"
+                    f" | {total - scoring} + {scoring} = {total} |")
+    return ["", "## LM calls of a compile: vanilla_rag, bootstrap, 20 ASQA training questions",
+            "", "| reader | dry-run estimate: program + scoring = total | real compile (fake "
+            "LM): program + scoring = total |", "|---|---|---|", *rows,
+            COMPILE_NOTES]
+
+
 def render(result: dict[str, Any]) -> str:
     h = result["human"]
     m = result["manifest"]
@@ -329,9 +373,9 @@ def render(result: dict[str, Any]) -> str:
     lines += [
         "- The runs are small (n = 2 to 12 per program, different questions per program), so "
         "the correlation and the rankings are indicative only; the intervals above overlap.",
-        "",
     ]
-    return "\n".join(lines)
+    lines += _compile_section()
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
