@@ -2,16 +2,23 @@
 
 ASQA's Disambig-F1 asks a reading-comprehension model each disambiguated question against
 the system's long answer. The official reader is RoBERTa-large fine-tuned on SQuAD 2.0. No
-model hub is reachable here, so two readers exist and every report names the one it used
+model hub is reachable here, so three readers exist and every report names the one it used
 (``reader.name``):
 
-* :class:`HFQAReader` -- any local extractive QA checkpoint directory (e.g. a RoBERTa-large
-  SQuAD2 copy the user already has), run the way the ASQA scorer runs it: the transformers
-  question-answering pipeline with the "no answer" option enabled. Name ``hf:<dirname>``.
+* :class:`~ambiqa.evaluation.extractive.ExtractiveReader` -- the default when it has been
+  built: all-MiniLM-L6-v2 with a span head trained here on ASQA *training* long answers by
+  ``ambiqa reader train`` (``$AMBIQA_CACHE/readers/minilm-asqa``). Deterministic, no LM call,
+  reads long contexts in strides. Name ``extractive:<checkpoint dir name>``.
+* :class:`HFQAReader` -- any other local extractive QA checkpoint directory (e.g. a
+  RoBERTa-large SQuAD2 copy the user already has), run the way the ASQA scorer runs it: the
+  transformers question-answering pipeline with the "no answer" option enabled (which strides
+  over long contexts too). Name ``hf:<dirname>``.
 * :class:`LMReader` -- a stand-in: the configured (or given) DSPy LM asked to copy a short
-  answer from the context, or say "unknown". Name ``lm-reader:<model id>``. Scores obtained
-  with it are not comparable to published D-F1 numbers; small local LMs are weak readers.
+  answer from the context, or say "unknown". Name ``lm-reader:<model id>``. It costs one LM
+  call per disambiguated question and lets the program's LM grade itself; used when no
+  extractive reader is built, or when asked for with ``--reader lm``.
 
+Scores from any of them are not comparable to published D-F1 numbers (a different reader).
 An empty answer means "no answer", like a SQuAD 2.0 reader's null prediction.
 """
 
@@ -53,8 +60,8 @@ class HFQAReader(SharedResource):
         if not path.is_dir():
             raise ModelError(f"reader checkpoint directory not found: {path}",
                              hint="pass a local extractive QA checkpoint (config.json, weights, "
-                                  "tokenizer), e.g. a RoBERTa-large SQuAD2 copy, or omit "
-                                  "--reader to use the LM stand-in reader")
+                                  "tokenizer), build one with `ambiqa reader train`, or use "
+                                  "--reader lm for the LM stand-in reader")
         try:
             from transformers import (
                 AutoConfig,
@@ -155,11 +162,43 @@ class LMReader:
 
 
 def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
-    """The reader for Disambig-F1: a local QA checkpoint if given, else the LM stand-in.
+    """The reader for Disambig-F1.
 
-    ``checkpoint`` is a directory path; ``None``, ``""`` or ``"lm"`` selects
-    :class:`LMReader` (with ``lm`` or the configured LM).
+    ``checkpoint``:
+
+    * ``None`` or ``""`` -- the extractive reader in the cache
+      (``$AMBIQA_CACHE/readers/minilm-asqa``) when ``ambiqa reader train`` has finished it,
+      else the LM stand-in. A finished but corrupt default checkpoint is an error, never a
+      silent switch to another reader;
+    * ``"lm"`` -- the LM stand-in (:class:`LMReader`, with ``lm`` or the configured LM);
+    * ``"extractive"`` / ``"extractive:NAME"`` -- a reader trained here, by name in the cache;
+    * a directory -- a reader trained here (it has a ``reader_manifest.json``) or any local
+      extractive QA checkpoint (:class:`HFQAReader`).
+
+    A missing or corrupt checkpoint raises ModelError naming the path and the command that
+    builds it.
     """
-    if checkpoint is None or str(checkpoint).strip().lower() in {"", "lm"}:
+    from ambiqa.evaluation import extractive as ex
+
+    spec = "" if checkpoint is None else str(checkpoint).strip()
+    if spec.lower() == "lm":
         return LMReader(lm)
-    return HFQAReader(checkpoint)
+    if not spec:
+        default = ex.default_reader_dir()
+        if (default / ex.MANIFEST_NAME).is_file():
+            return ex.ExtractiveReader(default)
+        return LMReader(lm)
+    if spec.lower() == "extractive" or spec.lower().startswith("extractive:"):
+        name = spec.partition(":")[2].strip() or ex.DEFAULT_READER_NAME
+        path = Path(name).expanduser() if ("/" in name or name.startswith("~")) \
+            else ex.readers_dir() / name
+        return ex.ExtractiveReader(path)
+    path = Path(spec).expanduser()
+    if ex.is_reader_checkpoint(path):
+        return ex.ExtractiveReader(path)
+    if not path.exists():
+        raise ModelError(f"reader checkpoint directory not found: {path}",
+                         hint=f"build a reader with `{ex.BUILD_COMMAND} --out {path}`, pass "
+                              "a local extractive QA checkpoint directory, or --reader lm for "
+                              "the LM stand-in")
+    return HFQAReader(path)

@@ -1,0 +1,121 @@
+"""``ambiqa reader``: train and inspect the extractive Disambig-F1 reader.
+
+``ambiqa reader train`` fine-tunes all-MiniLM-L6-v2 with a span head on ASQA training long
+answers (see :mod:`ambiqa.evaluation.reader_training`) into ``$AMBIQA_CACHE/readers/<name>``;
+once it exists, D-F1 uses it by default (``--reader lm`` keeps the LM stand-in).
+``ambiqa reader calibrate [DIR]`` recalibrates the null threshold on training examples and
+revalidates; ``ambiqa reader info [DIR]`` checks a checkpoint (manifest, sha256) and prints
+its manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def cmd_reader_train(args: argparse.Namespace) -> int:
+    from ambiqa.evaluation.extractive import readers_dir
+    from ambiqa.evaluation.reader_training import TrainConfig, train_reader
+
+    out = Path(args.out).expanduser() if args.out else readers_dir() / args.name
+    cfg = TrainConfig(train=args.train, base=args.base or "", epochs=args.epochs,
+                      max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
+                      seed=args.seed, max_length=args.max_length, doc_stride=args.doc_stride,
+                      removed_negatives=args.removed_negatives)
+    manifest = train_reader(out, config=cfg, dev=None if args.no_validate else args.dev,
+                            limit=args.limit, threads=args.threads, save_every=args.save_every,
+                            max_minutes=args.max_minutes, fresh=args.fresh,
+                            log=lambda m: print(m, flush=True),
+                            command="ambiqa " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                            calibration_sample=args.calibration_sample)
+    print(f"reader {manifest['name']} written to {out} ({manifest['steps']} steps, "
+          f"{manifest['train_s'] / 60:.1f} min)")
+    return 0
+
+
+def cmd_reader_info(args: argparse.Namespace) -> int:
+    from ambiqa.evaluation.extractive import default_reader_dir, verify_checkpoint
+
+    path = Path(args.path).expanduser() if args.path else default_reader_dir()
+    manifest = verify_checkpoint(path)
+    print(json.dumps(manifest, indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_reader_calibrate(args: argparse.Namespace) -> int:
+    from ambiqa.evaluation.extractive import default_reader_dir
+    from ambiqa.evaluation.reader_training import calibrate_and_validate
+
+    path = Path(args.path).expanduser() if args.path else default_reader_dir()
+    manifest = calibrate_and_validate(path, dev=None if args.no_validate else args.dev,
+                                      threads=args.threads, calibration_sample=args.sample,
+                                      limit=(manifest_limit(path)),
+                                      log=lambda m: print(m, flush=True))
+    print(f"{manifest['name']}: null threshold "
+          f"{(manifest.get('calibration') or {}).get('null_threshold')}, validation "
+          f"D-F1 on human long answers {(manifest.get('validation') or {}).get('d_f1_human')}")
+    return 0
+
+
+def manifest_limit(path: Path) -> int | None:
+    """The training-question limit the checkpoint was trained with (calibration reuses it)."""
+    from ambiqa.evaluation.extractive import read_manifest
+
+    return (read_manifest(path).get("data") or {}).get("limit")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``ambiqa reader train|info``."""
+    p = sub.add_parser("reader", help="the extractive Disambig-F1 reader (train, info)")
+    rsub = p.add_subparsers(dest="reader_command", required=True)
+    t = rsub.add_parser("train", help="fine-tune an extractive QA reader on ASQA training long "
+                                      "answers (CPU, resumable)")
+    t.add_argument("--train", default="asqa:train", help="training split (dev/test refused)")
+    t.add_argument("--dev", default="asqa:dev", help="validation data for the manifest")
+    t.add_argument("--no-validate", action="store_true", help="skip validation")
+    t.add_argument("--name", default="minilm-asqa",
+                   help="checkpoint name under $AMBIQA_CACHE/readers (default minilm-asqa, the "
+                        "reader D-F1 uses by default)")
+    t.add_argument("--out", default=None, help="output directory (outside any git checkout)")
+    t.add_argument("--base", default=None,
+                   help="local encoder directory (default: packaged all-MiniLM-L6-v2)")
+    t.add_argument("--epochs", type=float, default=2.0)
+    t.add_argument("--max-steps", type=int, default=0, help="fixed step count (overrides "
+                                                            "--epochs)")
+    t.add_argument("--batch-size", type=int, default=16)
+    t.add_argument("--lr", type=float, default=1e-4)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--max-length", type=int, default=384, help="encoder window in tokens")
+    t.add_argument("--doc-stride", type=int, default=128,
+                   help="overlap between windows of a long context")
+    t.add_argument("--removed-negatives", type=float, default=0.33,
+                   help="share of answerable examples also used with the answer sentence "
+                        "removed, as no-answer examples (0 = none)")
+    t.add_argument("--limit", type=int, default=None, help="use the first N training questions")
+    t.add_argument("--threads", type=int, default=2, help="torch threads")
+    t.add_argument("--save-every", type=int, default=25, help="steps between resumable saves")
+    t.add_argument("--max-minutes", type=float, default=None,
+                   help="stop early at this training time and finish with the steps taken")
+    t.add_argument("--fresh", action="store_true", help="discard a partial earlier run")
+    t.add_argument("--calibration-sample", type=int, default=400,
+                   help="training examples used to calibrate the null threshold (0 = none)")
+    t.set_defaults(fn=cmd_reader_train)
+
+    c = rsub.add_parser("calibrate", help="recalibrate the null threshold on training "
+                                          "examples and revalidate (rewrites the manifest)")
+    c.add_argument("path", nargs="?", default=None,
+                   help="checkpoint directory (default: the default reader in the cache)")
+    c.add_argument("--sample", type=int, default=400, help="training examples to calibrate on")
+    c.add_argument("--dev", default="asqa:dev")
+    c.add_argument("--no-validate", action="store_true")
+    c.add_argument("--threads", type=int, default=2)
+    c.set_defaults(fn=cmd_reader_calibrate)
+
+    i = rsub.add_parser("info", help="check a reader checkpoint and print its manifest")
+    i.add_argument("path", nargs="?", default=None,
+                   help="checkpoint directory (default: the default reader in the cache)")
+    i.set_defaults(fn=cmd_reader_info)
