@@ -46,6 +46,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/compare/TABLES.md",
     "benchmarks/results/rouge_splitter.md",
     "benchmarks/results/verifier.md",
+    "benchmarks/results/reader.md",
     "benchmarks/results/sections/compile.md",
     "benchmarks/results/faults.md",
     "benchmarks/results/methods_cost-fake.md",

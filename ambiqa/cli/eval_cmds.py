@@ -186,7 +186,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "failed (default: none)")
     p.add_argument("--max-error-rate", type=float, default=0.5,
                    help="stop when more than this share of examples failed (default 0.5)")
-    p.add_argument("--reader", default=None)
+    p.add_argument("--reader", default=None,
+                   help="D-F1 reader: extractive (the trained reader, default when built), lm (the LM stand-in), or a local extractive QA checkpoint directory")
     p.add_argument("--program-config", default=None)
     add_index_args(p)
     add_lm_args(p)

@@ -378,7 +378,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-val", type=int, default=8,
                    help="bootstrap-rs/mipro: held-out training questions scoring candidates")
     _add_budget_args(p)
-    p.add_argument("--reader", default=None, help="local extractive QA checkpoint for D-F1")
+    p.add_argument("--reader", default=None,
+                   help="D-F1 reader: extractive (the trained reader, default when built), lm (the LM stand-in), or a local extractive QA checkpoint directory")
     p.add_argument("--program-config", default=None, help="JSON object of program settings")
     p.add_argument("--out", default=None)
     add_index_args(p)
@@ -407,7 +408,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-knobs", action="store_true", help="tune demos only, not settings")
     p.add_argument("--seed", type=int, default=0)
     _add_budget_args(p)
-    p.add_argument("--reader", default=None)
+    p.add_argument("--reader", default=None,
+                   help="D-F1 reader: extractive (the trained reader, default when built), lm (the LM stand-in), or a local extractive QA checkpoint directory")
     p.add_argument("--program-config", default=None)
     p.add_argument("--out", default=None, help="artifact for the best trial")
     add_index_args(p)

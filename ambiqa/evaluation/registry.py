@@ -12,8 +12,10 @@ from an :mod:`ambiqa.data` loader and ``prediction`` is a program's output (a
 
 Names: ``rouge-l``, ``str-em``, ``d-f1``, ``dr`` (ASQA long answers), ``em``, ``f1`` (short
 answers), ``recall@K`` (any gold answer in the top-K passages) and ``mrecall@K`` (Min et al.,
-2021) for any K. ``d-f1`` and ``dr`` need a reader; without one they use the LM stand-in
-(:class:`ambiqa.evaluation.reader.LMReader`), and reports must name ``reader.name``.
+2021) for any K. ``d-f1`` and ``dr`` need a reader; without one they use
+:func:`ambiqa.evaluation.reader.make_reader`'s default — the extractive reader trained by
+``ambiqa reader train`` when it is in the cache, else the LM stand-in
+(:class:`ambiqa.evaluation.reader.LMReader`) — and reports must name ``reader.name``.
 
 DR is a *set-level* metric: the ASQA scorer reports sqrt(mean D-F1 × mean ROUGE-L) over the
 whole set, and run summaries, reports and comparisons compute it that way
