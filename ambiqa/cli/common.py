@@ -120,3 +120,8 @@ def add_index_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index-root", default=None, help="directory holding indexes")
 
 
+
+
+#: ``--reader`` help shared by every command that scores D-F1.
+READER_HELP = ("D-F1 reader: 'extractive' (the reader `ambiqa reader train` builds; the default "
+               "once built), 'lm' (the LM stand-in) or a local extractive QA checkpoint directory")

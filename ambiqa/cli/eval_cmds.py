@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.cli.common import (
+    READER_HELP,
     add_index_args,
     add_lm_args,
     lm_from_args,
@@ -187,7 +188,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-error-rate", type=float, default=0.5,
                    help="stop when more than this share of examples failed (default 0.5)")
     p.add_argument("--reader", default=None,
-                   help="D-F1 reader: extractive (the trained reader, default when built), lm (the LM stand-in), or a local extractive QA checkpoint directory")
+                   help=READER_HELP)
     p.add_argument("--program-config", default=None)
     add_index_args(p)
     add_lm_args(p)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.cli.common import (
+    READER_HELP,
     add_index_args,
     add_lm_args,
     lm_from_args,
@@ -379,7 +380,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bootstrap-rs/mipro: held-out training questions scoring candidates")
     _add_budget_args(p)
     p.add_argument("--reader", default=None,
-                   help="D-F1 reader: extractive (the trained reader, default when built), lm (the LM stand-in), or a local extractive QA checkpoint directory")
+                   help=READER_HELP)
     p.add_argument("--program-config", default=None, help="JSON object of program settings")
     p.add_argument("--out", default=None)
     add_index_args(p)
@@ -409,7 +410,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     _add_budget_args(p)
     p.add_argument("--reader", default=None,
-                   help="D-F1 reader: extractive (the trained reader, default when built), lm (the LM stand-in), or a local extractive QA checkpoint directory")
+                   help=READER_HELP)
     p.add_argument("--program-config", default=None)
     p.add_argument("--out", default=None, help="artifact for the best trial")
     add_index_args(p)
