@@ -27,6 +27,7 @@ than ``max_tokens`` could produce are cut. DSPy's own retry loop is switched off
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import importlib
@@ -232,6 +233,23 @@ class EmbeddedSettings:
         return cls(**{**base, **overrides})
 
 
+#: Characters of the last message that define a shared prefix (~250 tokens: a passage block
+#: or a long answer put first; question-first prompts differ well before this).
+PREFIX_CHARS = 1000
+
+
+def prefix_key(messages: list[dict[str, str]], chars: int = PREFIX_CHARS) -> str:
+    """A key equal for calls whose prompts share their first ``chars`` characters of the
+    last message, and everything before it (system prompt, demos)."""
+    digest = hashlib.sha256()
+    for m in messages[:-1]:
+        digest.update(f"{m['role']}\x00{m['content']}\x01".encode())
+    if messages:
+        last = messages[-1]
+        digest.update(f"{last['role']}\x00{last['content'][:chars]}".encode())
+    return digest.hexdigest()
+
+
 def computed_prompt_tokens(raw: dict[str, Any]) -> tuple[int, int]:
     """``(prompt tokens, prompt tokens llama.cpp computed)`` from a chat-completion reply.
 
@@ -261,7 +279,15 @@ class XLlamaEngine:
 
     With ``n_parallel`` slots, up to that many calls run at once (a semaphore admits them;
     more wait here, not in llama.cpp's queue) and llama.cpp batches their decoding. With one
-    slot this is the old behaviour: one request at a time. Results at temperature 0 can
+    slot this is the old behaviour: one request at a time.
+
+    Calls that share a long prompt prefix (Diva's verifications over one passage block, the
+    LM reader over one long answer) run one after another, not at once: two slots starting
+    the same prefix together would each compute it, while in turn the second reuses the
+    first's KV cache and computes only its own tail. On a CPU, prefill is the cost, so this
+    gate saves more than batching those calls would gain (measured: concurrent verifications
+    computed their shared passages once per slot). Calls with different prefixes still run
+    concurrently. Results at temperature 0 can
     differ from a serial run in the last digits of the logits (a batch of several sequences
     takes other matmul paths than one), so a greedy reply can change where two tokens are
     nearly tied; benchmarks/throughput.py measures how often.
@@ -273,6 +299,7 @@ class XLlamaEngine:
         self._server: Any = None
         self._lock = threading.Lock()  # guards server start-up and close
         self._slots = threading.BoundedSemaphore(settings.n_parallel)
+        self._prefix_locks: dict[str, threading.Lock] = {}
 
     # DSPy reads these to decide whether it may ask for JSON-schema constrained output.
     supports_response_schema = True
@@ -333,7 +360,10 @@ class XLlamaEngine:
             body["seed"] = cfg.seed
         with self._lock:
             server = self._ensure_server()
-        with self._slots:
+            gate = (self._prefix_locks.setdefault(prefix_key(body["messages"]),
+                                                  threading.Lock())
+                    if self.settings.n_parallel > 1 else contextlib.nullcontext())
+        with gate, self._slots:
             raw = server.handle_chat_completions(body)
         if not isinstance(raw, dict) or "choices" not in raw:
             raise RuntimeError(f"embedded LM returned an error: {str(raw)[:300]}")

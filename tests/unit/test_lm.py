@@ -255,15 +255,16 @@ def test_format_retries_are_counted(use_lm):
 def test_slots_admit_that_many_concurrent_requests():
     from dspy.lm15 import Config, Message, Request
 
-    def request():
-        return Request(model="m", messages=(Message.user("hi"),), config=Config(max_tokens=5))
+    def request(i):
+        return Request(model="m", messages=(Message.user(f"hi {i}"),),
+                       config=Config(max_tokens=5))
 
     for slots in (1, 3):
         server = FakeLlamaServer([llama_reply("ok", 5, 5, 0)], delay_s=0.15)
         engine = L.XLlamaEngine("/nonexistent.gguf",
                                 L.EmbeddedSettings(model=L.FAST_MODEL, n_parallel=slots))
         engine._server = server
-        run_parallel(lambda _, e=engine: e.complete(request()), range(6), max_workers=6)
+        run_parallel(lambda i, e=engine: e.complete(request(i)), range(6), max_workers=6)
         assert server.peak == slots
 
 
@@ -352,3 +353,26 @@ def test_long_answer_prompt_asks_for_answers_not_commentary():
         text = " ".join(sig.instructions.lower().split())
         assert "few sentences" in text and "no introduction" in text
         assert "explain that it is ambiguous" not in text
+
+
+def test_calls_sharing_a_prompt_prefix_take_turns_others_run_together():
+    from dspy.lm15 import Config, Message, Request
+
+    shared = "[[ ## passages ## ]]\n" + "passage text " * 100
+
+    def request(tail):
+        return Request(model="m", messages=(Message.user(shared + tail),),
+                       config=Config(max_tokens=5))
+
+    server = FakeLlamaServer([llama_reply("ok", 5, 5, 0)], delay_s=0.15)
+    engine = L.XLlamaEngine("/nonexistent.gguf",
+                            L.EmbeddedSettings(model=L.FAST_MODEL, n_parallel=3))
+    engine._server = server
+    run_parallel(lambda i: engine.complete(request(f"q{i}")), range(4), max_workers=4)
+    assert server.peak == 1  # one passage block: in turn, each reuses the cached prefix
+    server.peak = 0
+    run_parallel(lambda i: engine.complete(Request(model="m", messages=(Message.user(
+        f"question {i} " + shared),), config=Config(max_tokens=5))), range(4), max_workers=4)
+    assert server.peak == 3  # different prefixes: concurrent, up to the slot count
+    assert L.prefix_key([{"role": "user", "content": shared + "a"}]) == \
+        L.prefix_key([{"role": "user", "content": shared + "b"}])
