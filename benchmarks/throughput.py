@@ -301,7 +301,8 @@ def render_table(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for e in summary:
         lines.append(
             f"| {e['program']} | {e['n']} ({e['blocks']}) | {e['qph_old']:.1f} | "
-            f"{e['qph_new']:.1f} | {e['ratio']:.2f}× {ci(e['ratio_ci'], digits=2)} | "
+            f"{e['qph_new']:.1f} | {e['ratio']:.2f}× "
+            f"{ci(e['ratio_ci'], digits=2) if e['blocks'] > 1 else '(one block: no interval)'} | "
             f"{e['cached_share_old']:.0%} / {e['cached_share_new']:.0%} | "
             f"{e['prompt_old']:.0f} / {e['prompt_new']:.0f} | "
             f"{e['computed_old']:.0f} / {e['computed_new']:.0f} | "
