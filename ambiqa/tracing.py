@@ -8,7 +8,14 @@ same way, whatever the LM backend. Records flow like this:
   ``dspy.LM`` call, whichever engine serves it, and records tokens, latency, finish reason and
   the signature of the predictor that made the call;
 * retrievers call :func:`record_retrieval` for every search;
-* programs mark degraded steps with :func:`record_event`.
+* programs mark degraded steps with :func:`record_event`;
+* the LM layer and the passage formatting count what they cut (output caps, passage budgets)
+  and the callback counts replies the adapter could not parse (each one makes DSPy retry the
+  call in JSON), so no truncation or format retry is silent.
+
+Prompt tokens are split into those the LM computed and those its prompt cache skipped
+(llama.cpp's ``timings``: ``prompt_n`` computed, ``cache_n`` reused; an endpoint's
+``prompt_tokens_details.cached_tokens``): on a CPU, computed prompt tokens are the cost.
 
 ``with track() as t:`` collects every record made inside the block (and in worker threads
 started through :func:`ambiqa.parallel.run_parallel`, which copies the context), so a program
@@ -32,11 +39,16 @@ from dspy.utils.callback import BaseCallback
 class CallRecord:
     """One LM call, retriever call or degradation event."""
 
-    kind: str  # "lm" | "retrieval" | "compute" | "event"
+    kind: str  # "lm" | "retrieval" | "compute" | "event" | "parse" | "budget"
     module: str = ""
     model: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    #: prompt tokens the LM's prompt cache reused (not computed); input_tokens - cached_tokens
+    #: is what was computed
+    cached_tokens: int = 0
+    #: the output cap applied to this call (0: none)
+    max_tokens: int = 0
     latency_s: float = 0.0
     finish_reason: str = ""
     start: float = 0.0
@@ -94,6 +106,32 @@ class CostTrace:
         return sum(r.output_tokens for r in self.records if r.kind == "lm")
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the LM's prompt cache."""
+        return sum(r.cached_tokens for r in self.records if r.kind == "lm")
+
+    @property
+    def computed_tokens(self) -> int:
+        """Prompt tokens the LM actually computed (prompt minus cached)."""
+        return sum(max(r.input_tokens - r.cached_tokens, 0)
+                   for r in self.records if r.kind == "lm")
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def format_retries(self) -> int:
+        """Replies the adapter could not parse. A failed ChatAdapter parse makes DSPy repeat
+        the call with its JSON adapter (a second full LM call); a failed JSON parse is final."""
+        return sum(1 for r in self.records if r.kind == "parse")
+
+    @property
+    def passages_cut(self) -> int:
+        """Passages shortened to the per-passage word budget before entering a prompt."""
+        return sum(1 for r in self.records if r.kind == "budget")
+
+    @property
     def retriever_calls(self) -> int:
         return sum(1 for r in self.records if r.kind == "retrieval")
 
@@ -126,7 +164,27 @@ class CostTrace:
     @property
     def critical_path_s(self) -> float:
         return union_length([(r.start, r.end) for r in self.records
-                             if r.kind != "event" and r.end > 0])
+                             if r.kind in ("lm", "retrieval", "compute") and r.end > 0])
+
+    def by_signature(self) -> dict[str, dict[str, int]]:
+        """Per signature: calls, prompt / computed / output tokens, truncations, parse
+        failures -- where a program's cost goes and which prompts fail their format."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.records:
+            if r.kind not in ("lm", "parse"):
+                continue
+            row = out.setdefault(r.module or "direct", {
+                "calls": 0, "input_tokens": 0, "computed_tokens": 0, "output_tokens": 0,
+                "truncated": 0, "parse_failures": 0})
+            if r.kind == "parse":
+                row["parse_failures"] += 1
+                continue
+            row["calls"] += 1
+            row["input_tokens"] += r.input_tokens
+            row["computed_tokens"] += max(r.input_tokens - r.cached_tokens, 0)
+            row["output_tokens"] += r.output_tokens
+            row["truncated"] += r.finish_reason == "length"
+        return out
 
     def by_module(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -139,15 +197,20 @@ class CostTrace:
         return {
             "lm_calls": self.lm_calls,
             "input_tokens": self.input_tokens,
+            "computed_tokens": self.computed_tokens,
+            "cached_tokens": self.cached_tokens,
             "output_tokens": self.output_tokens,
             "retriever_calls": self.retriever_calls,
             "truncated_calls": self.truncated_calls,
+            "format_retries": self.format_retries,
+            "passages_cut": self.passages_cut,
             "lm_errors": self.lm_errors,
             "lm_latency_s": round(self.lm_latency_s, 3),
             "encoder_s": round(self.compute_s, 3),
             "wall_s": round(self.wall_s, 3),
             "critical_path_s": round(self.critical_path_s, 3),
             "calls_by_module": self.by_module(),
+            "by_signature": self.by_signature(),
             "events": self.events,
         }
 
@@ -209,6 +272,13 @@ def record_event(module: str, detail: str) -> None:
     _emit(CallRecord(kind="event", module=module, detail=detail, start=now, end=now))
 
 
+def record_budget_cut(module: str, detail: str) -> None:
+    """Record that a passage was shortened to the word budget before entering a prompt."""
+    now = time.perf_counter()
+    _emit(CallRecord(kind="budget", module=module or current_module() or "passages",
+                     detail=detail, start=now, end=now))
+
+
 def record_lm_call(record: CallRecord) -> None:
     _emit(record)
 
@@ -233,17 +303,25 @@ class UsageTap:
         usage = dict(usage or {})
         tin = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
         tout = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
-        _LAST.usage = (int(tin), int(tout))
+        details = usage.get("prompt_tokens_details") or {}
+        cached = (details.get("cached_tokens") if isinstance(details, dict) else 0) or 0
+        _LAST.usage = (int(tin), int(tout), min(int(cached), int(tin)))
 
     def __deepcopy__(self, memo: dict) -> UsageTap:  # DSPy's parallelizer deep-copies trackers
         return self
 
 
-def _take_last() -> tuple[int, int, str]:
-    tin, tout = getattr(_LAST, "usage", (0, 0))
+def note_max_tokens(cap: int) -> None:
+    """The LM layer leaves the output cap it applied here for the callback."""
+    _LAST.cap = int(cap or 0)
+
+
+def _take_last() -> tuple[int, int, int, str, int]:
+    tin, tout, cached = getattr(_LAST, "usage", (0, 0, 0))
     finish = getattr(_LAST, "finish", "")
-    _LAST.usage, _LAST.finish = (0, 0), ""
-    return tin, tout, finish
+    cap = getattr(_LAST, "cap", 0)
+    _LAST.usage, _LAST.finish, _LAST.cap = (0, 0, 0), "", 0
+    return tin, tout, cached, finish, cap
 
 
 class TraceCallback(BaseCallback):
@@ -281,9 +359,27 @@ class TraceCallback(BaseCallback):
         end = time.perf_counter()
         with self._lock:
             start, model = self._starts.pop(call_id, (end, ""))
-        tin, tout, finish = _take_last()
+        tin, tout, cached, finish, cap = _take_last()
         record_lm_call(CallRecord(
             kind="lm", module=_MODULE.get() or "direct", model=str(model), input_tokens=tin,
-            output_tokens=tout, latency_s=end - start, finish_reason=finish, start=start, end=end,
+            output_tokens=tout, cached_tokens=cached, max_tokens=cap, latency_s=end - start,
+            finish_reason=finish, start=start, end=end,
             error=type(exception).__name__ if exception is not None else "",
         ))
+
+    # adapter parses -------------------------------------------------------------------------
+    def on_adapter_parse_start(self, call_id: str, instance: Any, inputs: dict[str, Any]):
+        with self._lock:
+            self._starts[call_id] = (time.perf_counter(), type(instance).__name__)
+
+    def on_adapter_parse_end(self, call_id: str, outputs: Any,
+                             exception: BaseException | None = None):
+        with self._lock:
+            start, adapter = self._starts.pop(call_id, (time.perf_counter(), ""))
+        if exception is None:
+            return
+        now = time.perf_counter()
+        record_lm_call(CallRecord(
+            kind="parse", module=_MODULE.get() or "direct", error=type(exception).__name__,
+            detail=f"{adapter} could not parse the reply: {str(exception)[:160]}",
+            start=now, end=now))

@@ -24,7 +24,8 @@ from pydantic import ValidationError
 
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import Retriever
-from ambiqa.tracing import record_event, track
+from ambiqa.signatures.common import budget_words
+from ambiqa.tracing import record_budget_cut, record_event, track
 from ambiqa.types import Interpretation, Passage
 
 MAX_QUESTION_CHARS = 2000
@@ -68,11 +69,18 @@ def format_passages(passages: list[Passage]) -> str:
 
     Plain numbered text rather than a JSON list: small models read it more reliably, and an
     exported prompt stays readable. Field markers inside passages are defused (:func:`as_data`).
+    Each text is held to the per-passage word budget
+    (:func:`ambiqa.signatures.common.budget_words`); every cut is counted in the trace.
     """
     if not passages:
         return "(no passages)"
-    return "\n".join(as_data(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}")
-                     for i, p in enumerate(passages, start=1))
+    lines = []
+    for i, p in enumerate(passages, start=1):
+        text, cut = budget_words(p.text)
+        if cut:
+            record_budget_cut("passages", f"passage {p.id} cut to the word budget")
+        lines.append(as_data(f"[{i}] {p.title}: {text}" if p.title else f"[{i}] {text}"))
+    return "\n".join(lines)
 
 
 def format_pairs(pairs: list[Interpretation]) -> str:

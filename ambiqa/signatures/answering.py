@@ -1,7 +1,17 @@
 """Answering signatures: long-form, short, closed-book, and background documents.
 
-The long-form answer is the ASQA target: one paragraph that names each reading of an
-ambiguous question and answers it, so a reader can recover every disambiguated answer.
+The long-form answer is the ASQA target: a few sentences that name each reading of an
+ambiguous question and answer it, so a reader can recover every disambiguated answer. ASQA's
+reference answers are a few sentences; asking for "one paragraph that explains the
+ambiguity" made the 1.5B write commentary up to its 512-token limit before any answer, so the
+prompts ask for what the papers' prompts ask for -- each interpretation with its answer, and
+nothing else -- and :data:`ambiqa.signatures.common.OUTPUT_CAPS` caps the reply.
+
+Field order is part of the cost: llama.cpp reuses the longest prompt prefix it has already
+computed, so an input that several calls of one question share comes before the inputs that
+change between those calls (the LM reader reads one long answer for every disambiguated
+question: context first; EoR's reader sees one question with each member's passages:
+question first). ``tests/unit/test_lm.py`` pins the order.
 """
 
 from __future__ import annotations
@@ -10,28 +20,32 @@ import dspy
 
 
 class WriteLongAnswer(dspy.Signature):
-    """Write one paragraph that answers an ambiguous question completely.
+    """Answer a question that can be read in several ways, in a few sentences.
 
-    The question can be read in several ways. Explain that it is ambiguous, then answer each
-    interpretation listed, in its own sentence, naming what makes it different (the person,
-    the time, the place, the version). Use the facts in the interpretations and passages; when
-    no passages are given, answer from your own knowledge."""
+    For each interpretation listed, write one sentence that names what sets it apart (the
+    person, the time, the place, the version) and gives its answer. Use the facts in the
+    interpretations and passages; when no passages are given, answer from your own knowledge.
+    Start with the first answer: no remarks about the question, no introduction, no summary."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     interpretations: str = dspy.InputField(
         desc="disambiguated questions with their answers, one per line")
     passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
-    long_answer: str = dspy.OutputField(desc="a single paragraph covering every interpretation")
+    long_answer: str = dspy.OutputField(
+        desc="a few sentences, one per interpretation, each naming it and giving its answer")
 
 
 class ClosedBookLongAnswer(dspy.Signature):
-    """Answer an ambiguous question from your own knowledge, without documents.
+    """Answer a possibly ambiguous question from your own knowledge, without documents, in a
+    few sentences.
 
-    If the question can mean several things, say so and answer each meaning in its own
-    sentence. Write one paragraph."""
+    If the question can mean several things, write one sentence per meaning that names it and
+    gives its answer. Start with the first answer: no remarks about the question, no
+    introduction, no summary."""
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
-    long_answer: str = dspy.OutputField(desc="a single paragraph covering each meaning")
+    long_answer: str = dspy.OutputField(
+        desc="a few sentences, one per meaning, each naming it and giving its answer")
 
 
 # ---- short answers for multi-hop questions (ReSP's generator, IRCoT-style reader) -----------
@@ -87,7 +101,7 @@ class ReadShortAnswer(dspy.Signature):
     Copy the few words of the context that answer the question (a name, date, number or
     place), without a full sentence. If the context does not answer it, reply "unknown"."""
 
-    question: str = dspy.InputField(desc="a specific, unambiguous question")
     context: str = dspy.InputField(desc="the only text you may read to answer")
+    question: str = dspy.InputField(desc="a specific, unambiguous question")
     answer: str = dspy.OutputField(
         desc="a few words copied from the context, or unknown")

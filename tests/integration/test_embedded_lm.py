@@ -47,3 +47,24 @@ def test_embedded_server_port_requires_a_key(embedded_lm, use_lm):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 401
+
+
+def test_embedded_slots_serve_concurrent_calls_and_report_cached_tokens(embedded_lm, use_lm):
+    """Two calls at once go through llama.cpp's slots; a repeated prompt prefix is reported as
+    cached (computed < prompt tokens), so the trace's computed-token accounting is real."""
+    from ambiqa.parallel import run_parallel
+
+    use_lm(embedded_lm)
+    assert embedded_lm.engine.inner.settings.n_parallel >= 2
+    predict = dspy.Predict(ShortAnswer)
+    passages = ("[1] Little Women: Little Women is a novel by the American author Louisa May "
+                "Alcott, published in 1868.\n[2] Paris: Paris is the capital of France.")
+    with track() as t:
+        outs = run_parallel(lambda q: predict(question=q, passages=passages),
+                            ["Who wrote Little Women?", "What is the capital of France?"],
+                            max_workers=2)
+        predict(question="Who wrote the novel Little Women?", passages=passages)
+    assert "alcott" in outs[0].answer.lower() and "paris" in outs[1].answer.lower()
+    assert t.lm_calls == 3
+    assert 0 < t.cached_tokens < t.input_tokens
+    assert t.computed_tokens == t.input_tokens - t.cached_tokens

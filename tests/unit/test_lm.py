@@ -122,3 +122,257 @@ def test_truncated_replies_are_counted(use_lm):
     with track() as t:
         dspy.Predict(ClosedBookLongAnswer)(question="q")
     assert t.truncated_calls >= 1
+
+
+# ---- issue 13: computed-token accounting, caps, slots, budgets, field order ------------------
+class FakeLlamaServer:
+    """Stands in xllamacpp's Server: replies like llama.cpp (usage + timings), records bodies,
+    and tracks how many requests run at once."""
+
+    def __init__(self, replies, delay_s: float = 0.0):
+        self.replies = list(replies)
+        self.bodies = []
+        self.delay_s = delay_s
+        self.active = 0
+        self.peak = 0
+        self._lock = __import__("threading").Lock()
+
+    def handle_chat_completions(self, body):
+        with self._lock:
+            self.bodies.append(body)
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            reply = self.replies[min(len(self.bodies) - 1, len(self.replies) - 1)]
+        time.sleep(self.delay_s)
+        with self._lock:
+            self.active -= 1
+        return reply
+
+
+def llama_reply(text, prompt_tokens, prompt_n, cache_n, completion_tokens=7, finish="stop"):
+    return {"choices": [{"finish_reason": finish, "message": {"content": text}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "prompt_tokens_details": {"cached_tokens": cache_n}},
+            "timings": {"prompt_n": prompt_n, "cache_n": cache_n}}
+
+
+def fake_embedded_lm(server, settings=None):
+    import dspy
+
+    settings = settings or L.EmbeddedSettings(model=L.FAST_MODEL)
+    engine = L.XLlamaEngine("/nonexistent.gguf", settings)
+    engine._server = server
+    return dspy.LM("embedded/fake", engine=L.ResilientEngine(
+        engine, L.RetryPolicy(timeout_s=None), output_caps=settings.output_caps,
+        stop_at_marker=settings.stop_at_marker), cache=False, num_retries=0, max_tokens=512)
+
+
+def test_computed_prompt_tokens_come_from_llama_timings():
+    assert L.computed_prompt_tokens(llama_reply("x", 1600, 17, 1583)) == (1600, 17)
+    # no timings: the usage details say what was cached
+    assert L.computed_prompt_tokens({"usage": {"prompt_tokens": 100, "prompt_tokens_details":
+                                               {"cached_tokens": 60}}}) == (100, 40)
+    # neither: every prompt token was computed
+    assert L.computed_prompt_tokens({"usage": {"prompt_tokens": 50}}) == (50, 50)
+
+
+def test_trace_splits_prompt_tokens_into_computed_and_cached(use_lm):
+    import dspy
+
+    from ambiqa.signatures.answering import ClosedBookLongAnswer
+
+    answer = "[[ ## long_answer ## ]]\nIt is A.\n\n[[ ## completed ## ]]"
+    server = FakeLlamaServer([llama_reply(answer, 1600, 1600, 0, 9),
+                              llama_reply(answer, 1610, 17, 1593, 9)])
+    use_lm(fake_embedded_lm(server))
+    predict = dspy.Predict(ClosedBookLongAnswer)
+    with track() as t:
+        predict(question="q1")
+        predict(question="q2")
+    assert (t.input_tokens, t.computed_tokens, t.cached_tokens) == (3210, 1617, 1593)
+    assert t.output_tokens == 18
+    assert t.cached_share == pytest.approx(1593 / 3210)
+    row = t.summary()["by_signature"]["ClosedBookLongAnswer"]
+    assert row == {"calls": 2, "input_tokens": 3210, "computed_tokens": 1617,
+                   "output_tokens": 18, "truncated": 0, "parse_failures": 0}
+    assert t.summary()["computed_tokens"] == 1617
+
+
+def test_output_caps_and_stop_marker_are_applied_per_signature(use_lm):
+    import dspy
+
+    from ambiqa.signatures.answering import ClosedBookLongAnswer
+    from ambiqa.signatures.common import OUTPUT_CAPS, STOP_SEQUENCES
+    from ambiqa.signatures.verification import VerifyInterpretation
+
+    reply = llama_reply("[[ ## supported ## ]]\nTrue", 300, 300, 0, 5)
+    server = FakeLlamaServer([reply])
+    use_lm(fake_embedded_lm(server))
+    with track() as t:
+        dspy.Predict(VerifyInterpretation)(interpretation="q?", passages="[1] p")
+    assert server.bodies[-1]["max_tokens"] == OUTPUT_CAPS["VerifyInterpretation"] < 512
+    assert list(STOP_SEQUENCES) == [s for s in server.bodies[-1]["stop"] if s in STOP_SEQUENCES]
+    assert t.records[0].max_tokens == OUTPUT_CAPS["VerifyInterpretation"]
+    # a reply cut at its cap is counted as truncated, per signature
+    cut = llama_reply("[[ ## long_answer ## ]]\nIt is A and", 300, 300, 0,
+                      OUTPUT_CAPS["ClosedBookLongAnswer"], finish="length")
+    server.replies = [cut]
+    with track() as t:
+        dspy.Predict(ClosedBookLongAnswer)(question="q")
+    assert server.bodies[-1]["max_tokens"] == OUTPUT_CAPS["ClosedBookLongAnswer"]
+    assert t.truncated_calls == 1
+    assert t.by_signature()["ClosedBookLongAnswer"]["truncated"] == 1
+
+
+def test_legacy_settings_send_no_caps_and_no_stop(use_lm):
+    import dspy
+
+    from ambiqa.signatures.verification import VerifyInterpretation
+
+    server = FakeLlamaServer([llama_reply("[[ ## supported ## ]]\nFalse", 300, 300, 0, 5)])
+    use_lm(fake_embedded_lm(server, L.EmbeddedSettings.legacy(model=L.FAST_MODEL)))
+    dspy.Predict(VerifyInterpretation)(interpretation="q?", passages="[1] p")
+    assert server.bodies[-1]["max_tokens"] == 512
+    assert "stop" not in server.bodies[-1]
+
+
+def test_format_retries_are_counted(use_lm):
+    import dspy
+
+    from ambiqa.signatures.answering import ClosedBookLongAnswer
+
+    # the ChatAdapter reply lacks its field; DSPy retries with the JSON adapter, which parses
+    server = FakeLlamaServer([llama_reply("just some words", 200, 200, 0),
+                              llama_reply('{"long_answer": "It is A."}', 220, 20, 200)])
+    use_lm(fake_embedded_lm(server))
+    with track() as t:
+        pred = dspy.Predict(ClosedBookLongAnswer)(question="q")
+    assert pred.long_answer == "It is A."
+    assert t.lm_calls == 2 and t.format_retries == 1
+    assert t.by_signature()["ClosedBookLongAnswer"]["parse_failures"] == 1
+
+
+def test_slots_admit_that_many_concurrent_requests():
+    from dspy.lm15 import Config, Message, Request
+
+    def request(i):
+        return Request(model="m", messages=(Message.user(f"hi {i}"),),
+                       config=Config(max_tokens=5))
+
+    for slots in (1, 3):
+        server = FakeLlamaServer([llama_reply("ok", 5, 5, 0)], delay_s=0.15)
+        engine = L.XLlamaEngine("/nonexistent.gguf",
+                                L.EmbeddedSettings(model=L.FAST_MODEL, n_parallel=slots))
+        engine._server = server
+        run_parallel(lambda i, e=engine: e.complete(request(i)), range(6), max_workers=6)
+        assert server.peak == slots
+
+
+def test_server_context_is_scaled_per_slot_and_cache_sized_from_kv(monkeypatch):
+    made = {}
+
+    class Params(types.SimpleNamespace):
+        def __init__(self):
+            super().__init__(model=types.SimpleNamespace(path=""),
+                             cpuparams=types.SimpleNamespace(n_threads=0),
+                             cpuparams_batch=types.SimpleNamespace(n_threads=0))
+
+    fake = types.ModuleType("xllamacpp")
+    fake.CommonParams = Params
+    fake.Server = lambda p: made.setdefault("params", p)
+    monkeypatch.setitem(sys.modules, "xllamacpp", fake)
+    settings = L.EmbeddedSettings(model=L.DEFAULT_MODEL, n_parallel=3)
+    L.XLlamaEngine("/x.gguf", settings)._ensure_server()
+    p = made["params"]
+    assert (p.n_parallel, p.n_ctx, p.kv_unified, p.cont_batching) == (3, 3 * 4096, False, True)
+    assert L.EMBEDDED_MODELS[L.DEFAULT_MODEL].kv_bytes_per_token() == 28 * 2 * 128 * 2 * 2
+    assert p.cache_ram_mib == L.prompt_cache_mib(L.DEFAULT_MODEL) == 448
+    assert L.EmbeddedSettings.legacy().n_parallel == 1
+    with pytest.raises(ConfigError, match="n_parallel"):
+        L.EmbeddedSettings(n_parallel=0)
+
+
+def test_passage_budget_cuts_long_passages_and_counts_each_cut():
+    from ambiqa.programs.base import format_passages
+    from ambiqa.signatures.common import passage_budget
+    from ambiqa.types import Passage
+
+    long = Passage("p1", "Long", " ".join(f"w{i}" for i in range(300)))
+    short = Passage("p2", "Short", "just ten words " * 3)
+    with track() as t:
+        with passage_budget(100):
+            text = format_passages([long, short])
+    first, second = text.splitlines()
+    assert first == "[1] Long: " + " ".join(f"w{i}" for i in range(100)) + " ..."
+    assert second == "[2] Short: " + short.text
+    assert t.passages_cut == 1 and t.summary()["passages_cut"] == 1
+    with track() as t, passage_budget(None):
+        assert "w299" in format_passages([long])
+    assert t.passages_cut == 0
+
+
+def test_output_caps_name_real_signatures():
+    import importlib
+    import pkgutil
+
+    import ambiqa.signatures as pkg
+    from ambiqa.signatures.common import OUTPUT_CAPS
+
+    names = set()
+    for info in pkgutil.iter_modules(pkg.__path__):
+        names |= set(vars(importlib.import_module(f"ambiqa.signatures.{info.name}")))
+    names |= set(vars(importlib.import_module("ambiqa.evaluation.judge")))
+    assert set(OUTPUT_CAPS) <= names
+    assert all(0 < cap < 512 for cap in OUTPUT_CAPS.values())
+
+
+#: input field order of the answering signatures: inputs shared by several calls of one
+#: question first, so llama.cpp's prompt cache reuses them (issue 13)
+ANSWERING_FIELD_ORDER = {
+    "ReadShortAnswer": ["context", "question"],  # one long answer, many disambiguated questions
+    "ShortAnswer": ["question", "passages"],  # one question, each EoR member's passages
+    "AnswerFromReasoning": ["question", "passages", "reasoning"],
+    "AnswerFromMemories": ["question", "global_evidence", "local_pathway"],
+    "WriteLongAnswer": ["question", "interpretations", "passages"],
+    "ClosedBookLongAnswer": ["question"],
+    "BackgroundDocument": ["question"],
+}
+
+
+def test_answering_signatures_put_shared_inputs_first():
+    from ambiqa.signatures import answering
+
+    for name, order in ANSWERING_FIELD_ORDER.items():
+        assert list(getattr(answering, name).input_fields) == order, name
+
+
+def test_long_answer_prompt_asks_for_answers_not_commentary():
+    from ambiqa.signatures.answering import ClosedBookLongAnswer, WriteLongAnswer
+
+    for sig in (WriteLongAnswer, ClosedBookLongAnswer):
+        text = " ".join(sig.instructions.lower().split())
+        assert "few sentences" in text and "no introduction" in text
+        assert "explain that it is ambiguous" not in text
+
+
+def test_calls_sharing_a_prompt_prefix_take_turns_others_run_together():
+    from dspy.lm15 import Config, Message, Request
+
+    shared = "[[ ## passages ## ]]\n" + "passage text " * 100
+
+    def request(tail):
+        return Request(model="m", messages=(Message.user(shared + tail),),
+                       config=Config(max_tokens=5))
+
+    server = FakeLlamaServer([llama_reply("ok", 5, 5, 0)], delay_s=0.15)
+    engine = L.XLlamaEngine("/nonexistent.gguf",
+                            L.EmbeddedSettings(model=L.FAST_MODEL, n_parallel=3))
+    engine._server = server
+    run_parallel(lambda i: engine.complete(request(f"q{i}")), range(4), max_workers=4)
+    assert server.peak == 1  # one passage block: in turn, each reuses the cached prefix
+    server.peak = 0
+    run_parallel(lambda i: engine.complete(Request(model="m", messages=(Message.user(
+        f"question {i} " + shared),), config=Config(max_tokens=5))), range(4), max_workers=4)
+    assert server.peak == 3  # different prefixes: concurrent, up to the slot count
+    assert L.prefix_key([{"role": "user", "content": shared + "a"}]) == \
+        L.prefix_key([{"role": "user", "content": shared + "b"}])
