@@ -41,6 +41,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/sections/machine.md",
     "benchmarks/results/sections/demo.md",
     "benchmarks/results/sections/lm_speed.md",
+    "benchmarks/results/speed.md",
     "benchmarks/results/sections/retrieval.md",
     "benchmarks/results/sections/method_comparison.md",
     "benchmarks/results/compare/TABLES.md",

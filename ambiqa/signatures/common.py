@@ -40,6 +40,7 @@ OUTPUT_CAPS: dict[str, int] = {
     # yes/no and labels
     "VerifyInterpretation": 48,
     "SelfVerify": 48,
+    "SelfVerifyStrict": 48,
     "JudgeEntailment": 48,
     "JudgeSufficiency": 48,
     "MatchInterpretation": 48,
@@ -54,6 +55,8 @@ OUTPUT_CAPS: dict[str, int] = {
     "PlanNextQuestion": 64,
     "NextReasoningStep": 96,
     "InterpretFromPassage": 128,
+    # a quoted evidence sentence, then yes/no (Diva's retrieval verifier)
+    "VerifyRetrieval": 160,
     # lists and paragraphs
     "PseudoInterpretations": 256,
     "ClarifyFromPassages": 384,

@@ -326,6 +326,26 @@ def test_output_caps_name_real_signatures():
     assert all(0 < cap < 512 for cap in OUTPUT_CAPS.values())
 
 
+def test_every_program_signature_has_an_output_cap():
+    """A signature added without a cap would silently fall back to the LM's 512 tokens."""
+    import importlib
+    import pkgutil
+
+    import dspy
+
+    import ambiqa.signatures as pkg
+    from ambiqa.signatures.common import OUTPUT_CAPS
+
+    signatures = set()
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"ambiqa.signatures.{info.name}")
+        signatures |= {name for name, obj in vars(module).items()
+                       if isinstance(obj, type) and issubclass(obj, dspy.Signature)
+                       and obj is not dspy.Signature and obj.__module__ == module.__name__}
+    assert signatures, "no signatures found"
+    assert signatures - set(OUTPUT_CAPS) == set()
+
+
 #: input field order of the answering signatures: inputs shared by several calls of one
 #: question first, so llama.cpp's prompt cache reuses them (issue 13)
 ANSWERING_FIELD_ORDER = {
