@@ -226,6 +226,68 @@ def measure(key: str, spec: str) -> dict[str, Any]:
     }
 
 
+# ---- query lengths (no model run) ----------------------------------------------------------
+QUERY_LENGTH_LIMITS = (32, 48, 64)
+
+
+def query_length_sets() -> dict[str, list[str]]:
+    """Questions per data set, plus the query rewrites ambiqa's programs send to retrieval."""
+    from ambiqa.data import load_asqa, load_dataset, load_hotpotqa, load_nq
+
+    root = data_root()
+    asqa_dev = load_asqa(root / "asqa" / "dev.json")
+    sets = {
+        "ASQA dev (ambiguous questions)": [ex.question for ex in asqa_dev],
+        "ASQA dev disambiguated questions (stand-in for Diva/ToC rewrites)":
+            [qa["question"] for ex in asqa_dev for qa in ex.qa_pairs],
+        "NQ oracle": [ex.question for ex in load_nq(root / "nq" / "oracle.jsonl")],
+        "HotpotQA dev": [ex.question for ex in load_hotpotqa(root / "hotpotqa" / "dev.jsonl")],
+        "ASQA train + disambiguations (training)":
+            [q for ex in load_dataset("asqa:train") for q in
+             [ex.question, *(qa["question"] for qa in ex.qa_pairs)]],
+        "HotpotQA train (training)": [ex.question for ex in load_dataset("hotpotqa:train")],
+        "WebQ train (training)": [ex.question for ex in load_dataset("webq:train")],
+    }
+    store = PARTS / "diva-interpretations-embedded_qwen2.5-coder-0.5b.json"
+    if store.is_file():
+        known = json.loads(store.read_text())
+        sets["Diva pseudo-interpretations (0.5B, stored, ASQA dev 20)"] = [
+            q for v in known.values() for q in v.get("interpretations", [])]
+    return sets
+
+
+def query_lengths() -> dict[str, Any]:
+    """Share of queries colbert-ai would cut at each query_maxlen, with the checkpoint's
+    tokenizer (MiniLM's BERT word pieces; 3 of query_maxlen go to [CLS], [Q] and [SEP])."""
+    from transformers import AutoTokenizer
+
+    from ambiqa.retrieval.checkpoint import identity_checkpoint
+    from ambiqa.retrieval.colbert import QUERY_HARD_MAX, query_token_count
+
+    tok = AutoTokenizer.from_pretrained(str(identity_checkpoint()))
+    rows = {}
+    for name, qs in query_length_sets().items():
+        n = sorted(query_token_count(tok, q) for q in qs)
+        rows[name] = {"queries": len(n), "max_tokens": n[-1],
+                      "p95_tokens": n[int(0.95 * (len(n) - 1))],
+                      "cut_share": {str(lim): round(sum(x > lim - 3 for x in n) / len(n), 4)
+                                    for lim in (*QUERY_LENGTH_LIMITS, QUERY_HARD_MAX)}}
+    return {"hard_max": QUERY_HARD_MAX, "sets": rows}
+
+
+def query_lengths_markdown(res: dict[str, Any]) -> str:
+    lims = [*map(str, QUERY_LENGTH_LIMITS)]
+    lines = ["| queries | n | max / p95 word pieces | cut at query_maxlen "
+             + " / ".join(lims) + " (before: 32) | cut after (fit, up to "
+             f"{res['hard_max']}) |", "|---|---|---|---|---|"]
+    for name, r in res["sets"].items():
+        cut = r["cut_share"]
+        lines.append(f"| {name} | {r['queries']} | {r['max_tokens']} / {r['p95_tokens']} | "
+                     + " / ".join(f"{100 * cut[k]:.1f}%" for k in lims)
+                     + f" | {100 * cut[str(res['hard_max'])]:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- Diva diversification ------------------------------------------------------------------
 def diva_part(spec: str, n: int, lm_spec: str) -> dict[str, Any]:
     import dspy
@@ -361,6 +423,9 @@ def main() -> int:
                          "if measured, else the identity one)")
     ap.add_argument("--lm", default="embedded:qwen2.5-coder-0.5b")
     ap.add_argument("--force", action="store_true", help="remeasure even if a part exists")
+    ap.add_argument("--query-lengths", action="store_true",
+                    help="only measure how many queries each query_maxlen would cut "
+                         "(benchmarks/results/query_lengths.{json,md}; no model run)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--diva-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -371,6 +436,13 @@ def main() -> int:
     PARTS.mkdir(parents=True, exist_ok=True)
     from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
+    if args.query_lengths:
+        res = query_lengths()
+        atomic_write_json(RESULTS / "query_lengths.json", res)
+        md = query_lengths_markdown(res)
+        atomic_write_text(RESULTS / "query_lengths.md", md)
+        print(md)
+        return 0
     if args.worker:
         atomic_write_json(PARTS / f"{args.worker}.json", measure(args.worker,
                                                                  indexes[args.worker]))
