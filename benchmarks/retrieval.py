@@ -288,6 +288,78 @@ def query_lengths_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---- PLAID search settings, chosen on training questions ------------------------------------
+SWEEP_K5 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
+            for c in (1, 2, 4) for t in (0.3, 0.4, 0.5) for d in (128, 256, 1024)]
+SWEEP_K20 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
+             for c in (1, 2, 4) for t in (0.4, 0.45) for d in (256, 1024)]
+
+
+def training_questions(n: int) -> list[dict[str, Any]]:
+    """ASQA *train* questions and their disambiguations whose answer-bearing gold passages are
+    in the corpus (the same positives ColBERT training uses); never evaluation questions."""
+    from ambiqa.data import load_corpus, load_dataset
+    from ambiqa.retrieval.triples import _query_positives
+
+    corpus = load_corpus(data_root() / "corpus" / "wiki_passages.jsonl")
+    by_key = {(p.title, p.text): p.id for p in corpus}
+    out = []
+    for ex in load_dataset("asqa:train"):
+        for q, _, pos in _query_positives("asqa", ex):
+            gold = sorted({by_key[k] for k in pos if k in by_key})
+            if gold:
+                out.append({"question": q, "gold": gold})
+    return out[:n]
+
+
+def sweep(spec: str, n: int) -> dict[str, Any]:
+    """Recall and single-query latency of each PLAID setting on ``n`` training questions."""
+    from ambiqa.retrieval.factory import open_retriever
+
+    retriever = open_retriever(spec)
+    items = training_questions(n)
+    retriever.search("warm up the model and the index", 5)
+    # encode each question once; every setting then ranks the same query vectors
+    searcher = retriever._ensure_searcher()
+    qvecs = []
+    t = time.perf_counter()
+    for it in items:
+        qvecs.append(searcher.checkpoint.queryFromText([it["question"]], to_cpu=True))
+    encode_ms = (time.perf_counter() - t) * 1000 / len(items)
+    rows = []
+    for k, grid in ((5, SWEEP_K5), (20, SWEEP_K20)):
+        for params in grid:
+            retriever.search_settings = ((10**9, params),)
+            lat, hits = [], []
+            for q in qvecs:
+                t = time.perf_counter()
+                hits.append(retriever._rank(searcher, q, k))
+                lat.append((time.perf_counter() - t) * 1000)
+            rec = statistics.fmean(float(bool(set(it["gold"]) & {p.id for p in h[:k]}))
+                                   for it, h in zip(items, hits, strict=True))
+            rows.append({"k": k, **params, "recall": round(rec, 4),
+                         "rank_ms_median": round(statistics.median(lat), 2),
+                         "rank_ms_p95": round(sorted(lat)[int(0.95 * (len(lat) - 1))], 2)})
+            print(rows[-1], flush=True)
+    return {"index": spec, "fingerprint": retriever.fingerprint, "questions": len(items),
+            "query_encode_ms_mean": round(encode_ms, 2), "rows": rows,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def sweep_markdown(res: dict[str, Any]) -> str:
+    lines = [f"PLAID settings on {res['questions']} ASQA **train** questions (answer-bearing "
+             f"gold passages in the corpus), {res['index']}; rank time excludes query "
+             f"encoding ({res['query_encode_ms_mean']} ms mean), load {res['load_avg_1m']}:",
+             "", "| k | ncells | centroid_score_threshold | ndocs | recall@k | rank ms median "
+             "/ p95 |", "|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['k']} | {r['ncells']} | {r['centroid_score_threshold']} | "
+                     f"{r['ndocs']} | {r['recall']:.3f} | {r['rank_ms_median']} / "
+                     f"{r['rank_ms_p95']} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- Diva diversification ------------------------------------------------------------------
 def diva_part(spec: str, n: int, lm_spec: str) -> dict[str, Any]:
     import dspy
@@ -426,6 +498,10 @@ def main() -> int:
     ap.add_argument("--query-lengths", action="store_true",
                     help="only measure how many queries each query_maxlen would cut "
                          "(benchmarks/results/query_lengths.{json,md}; no model run)")
+    ap.add_argument("--sweep", default=None, metavar="SPEC",
+                    help="only measure PLAID search settings for a ColBERT index on training "
+                         "questions (benchmarks/results/colbert_search_settings.{json,md})")
+    ap.add_argument("--sweep-n", type=int, default=200)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--diva-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -441,6 +517,13 @@ def main() -> int:
         atomic_write_json(RESULTS / "query_lengths.json", res)
         md = query_lengths_markdown(res)
         atomic_write_text(RESULTS / "query_lengths.md", md)
+        print(md)
+        return 0
+    if args.sweep:
+        res = sweep(args.sweep, args.sweep_n)
+        atomic_write_json(RESULTS / "colbert_search_settings.json", res)
+        md = sweep_markdown(res)
+        atomic_write_text(RESULTS / "colbert_search_settings.md", md)
         print(md)
         return 0
     if args.worker:

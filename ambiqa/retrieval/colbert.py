@@ -725,16 +725,25 @@ def query_fit_for_training() -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # the retriever
 # --------------------------------------------------------------------------------------------
-def _search_params(k: int) -> dict[str, Any]:
-    """colbert-ai's PLAID settings for a given k, set on every call.
+# PLAID's candidate settings per k bucket: (largest k, settings). colbert-ai's defaults for
+# its k buckets; see SEARCH_SETTINGS_MEASURED below for what ambiqa uses.
+COLBERT_AI_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = (
+    (10, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}),
+    (100, {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}),
+)
+SEARCH_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = COLBERT_AI_SETTINGS
+
+
+def _search_params(k: int, table: Sequence[tuple[int, dict[str, Any]]] | None = None
+                   ) -> dict[str, Any]:
+    """PLAID settings for a given k, set on every call.
 
     colbert-ai fills these in on the *first* search only and keeps them, so results would
     depend on the first call's k; setting them per call keeps every search reproducible.
     """
-    if k <= 10:
-        return {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}
-    if k <= 100:
-        return {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}
+    for max_k, params in table or SEARCH_SETTINGS:
+        if k <= max_k:
+            return {**params, "ndocs": max(int(params["ndocs"]), 4 * k)}
     return {"ncells": 4, "centroid_score_threshold": 0.4, "ndocs": max(k * 4, 4096)}
 
 
@@ -766,6 +775,8 @@ class ColBERTRetriever(SharedResource):
         self._searcher: Any = None
         self._min_query_len = int(manifest["query_maxlen"])
         self._max_query_tokens = QUERY_HARD_MAX - 3
+        # PLAID settings per k bucket; None: SEARCH_SETTINGS (set_search_settings overrides)
+        self.search_settings: tuple[tuple[int, dict[str, Any]], ...] | None = None
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
@@ -886,14 +897,30 @@ class ColBERTRetriever(SharedResource):
             q = searcher.checkpoint.queryFromText([query], to_cpu=True)
             return self._rank(searcher, q, k)
 
-    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        """Search several queries; results equal ``[self.search(q, k) for q in queries]``.
+    def batch_search(self, queries: Sequence[str], k: int = 5, bsize: int = 32
+                     ) -> list[list[Passage]]:
+        """Search several queries, encoding them ``bsize`` at a time (for evaluation).
 
-        Each query is timed and traced as one retriever call (query encoding is per query:
-        on CPU a batched encoding saves little and could differ in the last float bits).
+        The ranking is ``search``'s for each query; only the query encoding is batched (a
+        padded batch can differ from a lone encoding in the last float bits, so a score tie
+        may break the other way). Each query is timed and traced as one retriever call.
         """
         checked = [check_query(q, k) for q in queries]
-        return [self.search(q, k_) for q, k_ in checked]
+        out: list[list[Passage]] = []
+        for start in range(0, len(checked), bsize):
+            chunk = checked[start:start + bsize]
+            with self._lock:
+                searcher = self._ensure_searcher()
+                for q, _ in chunk:
+                    self._warn_if_truncated(searcher, q)
+                qs = searcher.checkpoint.queryFromText([q for q, _ in chunk], to_cpu=True)
+            for (q, k_), row in zip(chunk, qs, strict=True):
+                # drop the [PAD] rows a batch adds (zero vectors) so candidate generation
+                # sees exactly the query's own vectors
+                keep = int(row.norm(dim=-1).gt(0).nonzero().max()) + 1
+                with timed_search(self.name, q, k_), self._lock:
+                    out.append(self._rank(searcher, row[:keep].unsqueeze(0), k_))
+        return out
 
     def get(self, pid: str) -> Passage | None:
         i = self._pid_of.get(pid)
@@ -965,7 +992,7 @@ class ColBERTRetriever(SharedResource):
         if k >= n:
             pids, scores = self._score_all(searcher, q)
         else:
-            searcher.configure(**_search_params(k))
+            searcher.configure(**_search_params(k, self.search_settings))
             pids, _, scores = searcher.dense_search(q, k)
             if len(pids) < k:  # too few candidates near the query's centroids: score all
                 pids, scores = self._score_all(searcher, q)
