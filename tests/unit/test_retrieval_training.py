@@ -291,3 +291,27 @@ def test_finished_checkpoint_manifest_records_training_and_query_fit(tmp_path):
     assert json.loads((out / "artifact.metadata").read_text())["checkpoint"] == str(out)
     assert not (out / "optimizer.safetensors").exists()  # resumable state stays in .work
     assert checkpoint_info(out)["id"] == "ckpt-128@" + "ab" * 6
+
+
+def test_default_checkpoint_prefers_the_measured_best_trained_one(tmp_path):
+    from ambiqa.retrieval.checkpoint import (
+        DEFAULT_TRAINED_NAMES,
+        INFO_FILE,
+        REQUIRED_FILES,
+        default_checkpoint,
+    )
+
+    def make(name, complete=True):
+        d = tmp_path / name
+        d.mkdir()
+        for f in (*REQUIRED_FILES, INFO_FILE)[: None if complete else 2]:
+            (d / f).write_text("{}")
+        return d
+
+    make(DEFAULT_TRAINED_NAMES[1])
+    assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[1]
+    make(DEFAULT_TRAINED_NAMES[0], complete=False)  # an unfinished one is skipped
+    assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[1]
+    for f in (*REQUIRED_FILES, INFO_FILE):
+        (tmp_path / DEFAULT_TRAINED_NAMES[0] / f).write_text("{}")
+    assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[0]
