@@ -1,5 +1,6 @@
-"""Retrieval benchmark (issue 4): BM25, dense MiniLM, ColBERT-identity and ColBERT-trained on
-the same questions over the shared 12,843-passage corpus.
+"""Retrieval benchmark (issues 4, 15): BM25, dense MiniLM and ColBERT (the ``wiki`` index;
+earlier checkpoints' indexes when they exist) on the same questions over the shared
+12,843-passage corpus.
 
 Per retriever (each measured in its own subprocess, so peak memory is that retriever's):
 
@@ -26,9 +27,14 @@ search results go through the on-disk retrieval cache, and the LM's answers thro
 cache, so a rerun only measures what changed. Output: ``benchmarks/results/retrieval.json``
 and ``retrieval.md`` (a Markdown table for BENCHMARKS.md).
 
-    python benchmarks/retrieval.py                      # all four + Diva on 20 questions
+    python benchmarks/retrieval.py --force --diva 0     # bm25, dense, colbert back to back
     python benchmarks/retrieval.py --retrievers bm25,dense --diva 0
-    python benchmarks/retrieval.py --index colbert-trained=colbert:wiki-trained
+    python benchmarks/retrieval.py --index colbert=colbert:wiki-trained
+    python benchmarks/retrieval.py --query-lengths      # share of queries cut per query_maxlen
+    python benchmarks/retrieval.py --sweep colbert:wiki # PLAID settings on training questions
+
+Run with ``AMBIQA_CACHE`` pointing at the cache that holds the indexes (default here:
+``.ambiqa-cache`` in the checkout).
 """
 
 from __future__ import annotations
@@ -53,18 +59,24 @@ PARTS = RESULTS / "retrieval-parts"
 INDEXES = {
     "bm25": "bm25:wiki-bm25",
     "dense": "dense:wiki-dense",
-    "colbert-identity": "colbert:wiki",
+    "colbert": "colbert:wiki",
+}
+# Earlier rows (other checkpoints / build settings); measured when their index exists, e.g.
+# --retrievers colbert-identity-fast --index colbert-identity-fast=colbert:wiki-fast
+OPTIONAL_INDEXES = {
+    "colbert-identity": "colbert:wiki-identity",
     "colbert-identity-fast": "colbert:wiki-fast",
-    "colbert-trained": "colbert:wiki-trained",
+    "colbert-trained-384": "colbert:wiki-trained",
 }
 LABELS = {
+    "colbert": "ColBERT, the default checkpoint in the cache, ambiqa's build and search settings",
     "bm25": "BM25 (bm25s, title + text, stopwords)",
     "dense": "dense MiniLM (all-MiniLM-L6-v2, exact inner product)",
     "colbert-identity": "ColBERT, identity MiniLM checkpoint (untrained), colbert-ai's "
                         "k-means settings",
     "colbert-identity-fast": "ColBERT, identity checkpoint, ambiqa's build settings (25% "
                              "k-means sample, capped centroids)",
-    "colbert-trained": "ColBERT, trained MiniLM checkpoint, ambiqa's build settings",
+    "colbert-trained-384": "ColBERT, trained MiniLM checkpoint, ambiqa's build settings",
 }
 KS = (5, 20)
 LATENCY_N = 100
@@ -290,9 +302,9 @@ def query_lengths_markdown(res: dict[str, Any]) -> str:
 
 # ---- PLAID search settings, chosen on training questions ------------------------------------
 SWEEP_K5 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
-            for c in (1, 2, 4) for t in (0.3, 0.4, 0.5) for d in (128, 256, 1024)]
+            for c in (1, 2, 4) for t in (0.4, 0.5) for d in (128, 256, 1024)]
 SWEEP_K20 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
-             for c in (1, 2, 4) for t in (0.4, 0.45) for d in (256, 1024)]
+             for c in (2, 4) for t in (0.4, 0.45) for d in (256, 1024)]
 
 
 def training_questions(n: int) -> list[dict[str, Any]]:
@@ -486,13 +498,14 @@ def markdown(parts: dict[str, dict[str, Any]], diva: dict[str, Any] | None) -> s
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--retrievers", default=",".join(INDEXES))
+    ap.add_argument("--retrievers", default=",".join(INDEXES),
+                    help=f"comma-separated keys (default {','.join(INDEXES)}; also "
+                         f"{', '.join(OPTIONAL_INDEXES)} when those indexes exist)")
     ap.add_argument("--index", action="append", default=[],
-                    help="KEY=kind:name, e.g. colbert-trained=colbert:wiki-trained")
+                    help="KEY=kind:name, e.g. colbert=colbert:wiki-trained")
     ap.add_argument("--diva", type=int, default=20, help="ASQA dev questions (0: skip)")
     ap.add_argument("--diva-index", default=None,
-                    help="retriever for the Diva comparison (default: the trained ColBERT "
-                         "if measured, else the identity one)")
+                    help="retriever for the Diva comparison (default: the colbert row's)")
     ap.add_argument("--lm", default="embedded:qwen2.5-coder-0.5b")
     ap.add_argument("--force", action="store_true", help="remeasure even if a part exists")
     ap.add_argument("--query-lengths", action="store_true",
@@ -505,7 +518,7 @@ def main() -> int:
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--diva-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    indexes = dict(INDEXES)
+    indexes = {**INDEXES, **OPTIONAL_INDEXES}
     for item in args.index:
         key, _, spec = item.partition("=")
         indexes[key] = spec
@@ -541,8 +554,7 @@ def main() -> int:
             parts[key] = found
     diva = None
     if args.diva:
-        spec = args.diva_index or indexes["colbert-trained" if "colbert-trained" in parts
-                                          else "colbert-identity"]
+        spec = args.diva_index or indexes["colbert"]
         part = PARTS / "diva.json"
         old = json.loads(part.read_text()) if part.is_file() else {}
         if (args.force or old.get("index") != spec or old.get("n") != args.diva

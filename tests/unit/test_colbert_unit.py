@@ -364,3 +364,12 @@ def test_retriever_warns_only_beyond_the_hard_cap(tmp_path, bert_tok, caplog):
     with caplog.at_level("WARNING"):
         r._warn_if_truncated(fake_searcher, "word " * (cb.QUERY_HARD_MAX + 5))
     assert "reads only the first" in caplog.text
+
+
+def test_search_settings_table_override_keeps_enough_candidates():
+    table = ((10, {"ncells": 2, "centroid_score_threshold": 0.4, "ndocs": 128}),)
+    assert cb._search_params(5, table) == {"ncells": 2, "centroid_score_threshold": 0.4,
+                                           "ndocs": 128}
+    assert cb._search_params(50, table)["ndocs"] >= 200  # beyond the table: the wide default
+    wide = ((10**9, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 64}),)
+    assert cb._search_params(40, wide)["ndocs"] == 160  # never fewer than 4 * k candidates
