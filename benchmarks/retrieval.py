@@ -300,6 +300,28 @@ def query_lengths_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---- what fitting long queries buys (same index, same questions) ----------------------------
+def query_fit_ablation(spec: str) -> dict[str, Any]:
+    """HotpotQA dev recall with queries cut at the checkpoint's query_maxlen (colbert-ai's
+    behaviour) against queries grown to fit (ambiqa's), on one ColBERT index."""
+    from ambiqa.retrieval.colbert import QUERY_HARD_MAX, install_query_fit
+    from ambiqa.retrieval.factory import open_retriever
+
+    retriever = open_retriever(spec)
+    searcher = retriever._ensure_searcher()
+    qt = searcher.checkpoint.query_tokenizer
+    min_len = int(retriever.manifest["query_maxlen"])
+    items = eval_sets()["hotpotqa"]
+    out: dict[str, Any] = {"index": spec, "fingerprint": retriever.fingerprint,
+                           "query_maxlen": min_len}
+    for label, max_len in (("cut at query_maxlen", min_len), ("fit", QUERY_HARD_MAX)):
+        install_query_fit(qt, min_len, max_len)
+        hits = [retriever.search(it["question"], max(KS)) for it in items]
+        out[label] = score("hotpotqa", items, hits)
+    install_query_fit(qt, min_len)
+    return out
+
+
 # ---- PLAID search settings, chosen on training questions ------------------------------------
 SWEEP_K5 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
             for c in (1, 2, 4) for t in (0.4, 0.5) for d in (128, 256, 1024)]
@@ -515,6 +537,9 @@ def main() -> int:
                     help="only measure PLAID search settings for a ColBERT index on training "
                          "questions (benchmarks/results/colbert_search_settings.{json,md})")
     ap.add_argument("--sweep-n", type=int, default=200)
+    ap.add_argument("--query-fit-ablation", default=None, metavar="SPEC",
+                    help="only measure HotpotQA dev recall with long queries cut vs fitted on "
+                         "a ColBERT index (benchmarks/results/query_fit_ablation.json)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--diva-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -531,6 +556,11 @@ def main() -> int:
         md = query_lengths_markdown(res)
         atomic_write_text(RESULTS / "query_lengths.md", md)
         print(md)
+        return 0
+    if args.query_fit_ablation:
+        res = query_fit_ablation(args.query_fit_ablation)
+        atomic_write_json(RESULTS / "query_fit_ablation.json", res)
+        print(json.dumps(res, indent=1))
         return 0
     if args.sweep:
         res = sweep(args.sweep, args.sweep_n)

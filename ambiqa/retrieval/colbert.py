@@ -686,25 +686,29 @@ def query_token_count(tok: Any, text: str) -> int:
 
 def _fitted_tensorize(qt: Any, batch_text: Sequence[str], bsize: int | None = None,
                       context: Any = None, full_length_search: bool = False,
-                      min_len: int | None = None) -> Any:
+                      min_len: int | None = None, max_len: int = QUERY_HARD_MAX) -> Any:
     """A drop-in for colbert-ai's ``QueryTokenizer.tensorize`` built on fit_query_tensors."""
     if context is not None:
         raise ConfigError("ColBERT queries with background context are not supported")
     from colbert.modeling.tokenization.utils import _split_into_batches
 
     ids, mask = fit_query_tensors(qt.tok, batch_text, min_len or qt.query_maxlen,
-                                  qt.Q_marker_token_id)
+                                  qt.Q_marker_token_id, max_len)
     if bsize:
         return _split_into_batches(ids, mask, bsize)
     return ids, mask
 
 
-def install_query_fit(query_tokenizer: Any, min_len: int) -> None:
-    """Make one colbert-ai QueryTokenizer fit queries instead of cutting them."""
+def install_query_fit(query_tokenizer: Any, min_len: int, max_len: int = QUERY_HARD_MAX
+                      ) -> None:
+    """Make one colbert-ai QueryTokenizer fit queries instead of cutting them.
+
+    ``max_len=min_len`` reproduces colbert-ai's cutting (for measurements).
+    """
     def tensorize(batch_text: Sequence[str], bsize: int | None = None, context: Any = None,
                   full_length_search: bool = False) -> Any:
         return _fitted_tensorize(query_tokenizer, batch_text, bsize, context,
-                                 full_length_search, min_len=min_len)
+                                 full_length_search, min_len=min_len, max_len=max_len)
 
     query_tokenizer.tensorize = tensorize
 
@@ -725,13 +729,21 @@ def query_fit_for_training() -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # the retriever
 # --------------------------------------------------------------------------------------------
-# PLAID's candidate settings per k bucket: (largest k, settings). colbert-ai's defaults for
-# its k buckets; see SEARCH_SETTINGS_MEASURED below for what ambiqa uses.
+# PLAID's candidate settings per k bucket: (largest k, settings); larger k gets a wide
+# default. colbert-ai's own choice for these buckets:
 COLBERT_AI_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = (
     (10, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}),
     (100, {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}),
 )
-SEARCH_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = COLBERT_AI_SETTINGS
+# ambiqa's, chosen on 150 ASQA *train* questions over the 12.8k-passage `wiki` index (128-d
+# trained checkpoint; benchmarks/results/colbert_search_settings.md): recall@5 was 0.893 for
+# every ncells / threshold / ndocs <= 256 and 0.900 at ndocs 1024 for 3-4x the rank time, and
+# recall@20 0.927 at ndocs 256 against 0.933 at 1024 for ~3x; so the cheapest setting of
+# equal recall per bucket.
+SEARCH_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = (
+    (10, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 128}),
+    (100, {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 256}),
+)
 
 
 def _search_params(k: int, table: Sequence[tuple[int, dict[str, Any]]] | None = None

@@ -270,8 +270,9 @@ def test_collection_and_tsv_written_in_order(tmp_path):
 
 def test_search_params_do_not_depend_on_call_order():
     assert cb._search_params(5) == cb._search_params(10) == {
-        "ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}
-    assert cb._search_params(50)["ndocs"] == 1024
+        "ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 128}
+    assert cb._search_params(20)["ndocs"] == 256
+    assert cb._search_params(100)["ndocs"] == 400  # at least 4 * k candidates
     assert cb._search_params(2000)["ndocs"] == 8000
 
 
