@@ -191,7 +191,7 @@ def _checkpoints() -> str:
     default = default_checkpoint().name if found else IDENTITY_NAME
     trained_note = "" if any(f.startswith(DEFAULT_TRAINED_NAMES) for f in found) else (
         f"; no trained checkpoint ({' or '.join(DEFAULT_TRAINED_NAMES)}): "
-        "`ambiqa colbert train --dim 128` builds one")
+        "`ambiqa colbert train` builds one")
     return f"{', '.join(found) or 'none'}; default for new indexes: {default}{trained_note}"
 
 

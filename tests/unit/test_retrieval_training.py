@@ -293,13 +293,13 @@ def test_finished_checkpoint_manifest_records_training_and_query_fit(tmp_path):
     assert checkpoint_info(out)["id"] == "ckpt-128@" + "ab" * 6
 
 
-def test_default_checkpoint_prefers_the_measured_best_trained_one(tmp_path):
-    from ambiqa.retrieval.checkpoint import (
-        DEFAULT_TRAINED_NAMES,
-        INFO_FILE,
-        REQUIRED_FILES,
-        default_checkpoint,
-    )
+def test_default_checkpoint_prefers_the_measured_best_trained_one(tmp_path, monkeypatch):
+    from ambiqa.retrieval import checkpoint as ck
+    from ambiqa.retrieval.checkpoint import INFO_FILE, REQUIRED_FILES, default_checkpoint
+
+    assert ck.DEFAULT_TRAINED_NAMES[0] == "minilm-trained-384"  # the measured best
+    DEFAULT_TRAINED_NAMES = ("ckpt-best", "ckpt-second")
+    monkeypatch.setattr(ck, "DEFAULT_TRAINED_NAMES", DEFAULT_TRAINED_NAMES)
 
     def make(name, complete=True):
         d = tmp_path / name
