@@ -92,8 +92,14 @@ def test_tiny_search_semantics(tiny, corpus_passages, caplog):
     exact = {h.id: h.score for h in everything}
     assert all(h.score == pytest.approx(exact[h.id], abs=1e-4) for h in top5)
     with caplog.at_level(logging.WARNING, logger="ambiqa.retrieval.colbert"):
-        tiny.search("what " * 60 + "football", k=2)
-    assert any("ColBERT reads only the first 29" in r.message for r in caplog.records)
+        tiny.search("what " * 60 + "football", k=2)  # 61 word pieces: grows to fit, no cut
+    assert not any("reads only" in r.message for r in caplog.records)
+    from ambiqa.retrieval.colbert import QUERY_HARD_MAX
+
+    with caplog.at_level(logging.WARNING, logger="ambiqa.retrieval.colbert"):
+        tiny.search("what " * QUERY_HARD_MAX + "football", k=2)
+    assert any(f"ColBERT reads only the first {QUERY_HARD_MAX - 3}" in r.message
+               for r in caplog.records)
     assert tiny.get(target.id) == target
 
 
