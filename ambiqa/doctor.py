@@ -157,7 +157,7 @@ def _encoder() -> str:
 def _checkpoints() -> str:
     """Every ColBERT checkpoint in the cache: complete, weights matching their record."""
     from ambiqa.retrieval.checkpoint import (
-        DEFAULT_TRAINED_NAME,
+        DEFAULT_TRAINED_NAMES,
         IDENTITY_NAME,
         INFO_FILE,
         WEIGHTS_FILE,
@@ -189,8 +189,9 @@ def _checkpoints() -> str:
                 " and retrain: ambiqa colbert train" if name.startswith("minilm-trained") else ""))
         raise CheckFailed("; ".join(bad), fix="; ".join(fixes))
     default = default_checkpoint().name if found else IDENTITY_NAME
-    trained_note = "" if any(f.startswith(DEFAULT_TRAINED_NAME) for f in found) else (
-        f"; no trained checkpoint ({DEFAULT_TRAINED_NAME}): `ambiqa colbert train` builds one")
+    trained_note = "" if any(f.startswith(DEFAULT_TRAINED_NAMES) for f in found) else (
+        f"; no trained checkpoint ({' or '.join(DEFAULT_TRAINED_NAMES)}): "
+        "`ambiqa colbert train` builds one")
     return f"{', '.join(found) or 'none'}; default for new indexes: {default}{trained_note}"
 
 

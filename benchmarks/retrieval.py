@@ -1,5 +1,6 @@
-"""Retrieval benchmark (issue 4): BM25, dense MiniLM, ColBERT-identity and ColBERT-trained on
-the same questions over the shared 12,843-passage corpus.
+"""Retrieval benchmark (issues 4, 15): BM25, dense MiniLM and ColBERT (the ``wiki`` index;
+earlier checkpoints' indexes when they exist) on the same questions over the shared
+12,843-passage corpus.
 
 Per retriever (each measured in its own subprocess, so peak memory is that retriever's):
 
@@ -26,9 +27,14 @@ search results go through the on-disk retrieval cache, and the LM's answers thro
 cache, so a rerun only measures what changed. Output: ``benchmarks/results/retrieval.json``
 and ``retrieval.md`` (a Markdown table for BENCHMARKS.md).
 
-    python benchmarks/retrieval.py                      # all four + Diva on 20 questions
+    python benchmarks/retrieval.py --force --diva 0     # bm25, dense, colbert back to back
     python benchmarks/retrieval.py --retrievers bm25,dense --diva 0
-    python benchmarks/retrieval.py --index colbert-trained=colbert:wiki-trained
+    python benchmarks/retrieval.py --index colbert=colbert:wiki-trained
+    python benchmarks/retrieval.py --query-lengths      # share of queries cut per query_maxlen
+    python benchmarks/retrieval.py --sweep colbert:wiki # PLAID settings on training questions
+
+Run with ``AMBIQA_CACHE`` pointing at the cache that holds the indexes (default here:
+``.ambiqa-cache`` in the checkout).
 """
 
 from __future__ import annotations
@@ -53,18 +59,24 @@ PARTS = RESULTS / "retrieval-parts"
 INDEXES = {
     "bm25": "bm25:wiki-bm25",
     "dense": "dense:wiki-dense",
-    "colbert-identity": "colbert:wiki",
+    "colbert": "colbert:wiki",
+}
+# Earlier rows (other checkpoints / build settings); measured when their index exists, e.g.
+# --retrievers colbert-identity-fast --index colbert-identity-fast=colbert:wiki-fast
+OPTIONAL_INDEXES = {
+    "colbert-identity": "colbert:wiki-identity",
     "colbert-identity-fast": "colbert:wiki-fast",
-    "colbert-trained": "colbert:wiki-trained",
+    "colbert-trained-384": "colbert:wiki-trained",
 }
 LABELS = {
+    "colbert": "ColBERT, the default checkpoint in the cache, ambiqa's build and search settings",
     "bm25": "BM25 (bm25s, title + text, stopwords)",
     "dense": "dense MiniLM (all-MiniLM-L6-v2, exact inner product)",
     "colbert-identity": "ColBERT, identity MiniLM checkpoint (untrained), colbert-ai's "
                         "k-means settings",
     "colbert-identity-fast": "ColBERT, identity checkpoint, ambiqa's build settings (25% "
                              "k-means sample, capped centroids)",
-    "colbert-trained": "ColBERT, trained MiniLM checkpoint, ambiqa's build settings",
+    "colbert-trained-384": "ColBERT, trained MiniLM checkpoint, ambiqa's build settings",
 }
 KS = (5, 20)
 LATENCY_N = 100
@@ -226,6 +238,162 @@ def measure(key: str, spec: str) -> dict[str, Any]:
     }
 
 
+# ---- query lengths (no model run) ----------------------------------------------------------
+QUERY_LENGTH_LIMITS = (32, 48, 64)
+
+
+def query_length_sets() -> dict[str, list[str]]:
+    """Questions per data set, plus the query rewrites ambiqa's programs send to retrieval."""
+    from ambiqa.data import load_asqa, load_dataset, load_hotpotqa, load_nq
+
+    root = data_root()
+    asqa_dev = load_asqa(root / "asqa" / "dev.json")
+    sets = {
+        "ASQA dev (ambiguous questions)": [ex.question for ex in asqa_dev],
+        "ASQA dev disambiguated questions (stand-in for Diva/ToC rewrites)":
+            [qa["question"] for ex in asqa_dev for qa in ex.qa_pairs],
+        "NQ oracle": [ex.question for ex in load_nq(root / "nq" / "oracle.jsonl")],
+        "HotpotQA dev": [ex.question for ex in load_hotpotqa(root / "hotpotqa" / "dev.jsonl")],
+        "ASQA train + disambiguations (training)":
+            [q for ex in load_dataset("asqa:train") for q in
+             [ex.question, *(qa["question"] for qa in ex.qa_pairs)]],
+        "HotpotQA train (training)": [ex.question for ex in load_dataset("hotpotqa:train")],
+        "WebQ train (training)": [ex.question for ex in load_dataset("webq:train")],
+    }
+    store = PARTS / "diva-interpretations-embedded_qwen2.5-coder-0.5b.json"
+    if store.is_file():
+        known = json.loads(store.read_text())
+        sets["Diva pseudo-interpretations (0.5B, stored, ASQA dev 20)"] = [
+            q for v in known.values() for q in v.get("interpretations", [])]
+    return sets
+
+
+def query_lengths() -> dict[str, Any]:
+    """Share of queries colbert-ai would cut at each query_maxlen, with the checkpoint's
+    tokenizer (MiniLM's BERT word pieces; 3 of query_maxlen go to [CLS], [Q] and [SEP])."""
+    from transformers import AutoTokenizer
+
+    from ambiqa.retrieval.checkpoint import identity_checkpoint
+    from ambiqa.retrieval.colbert import QUERY_HARD_MAX, query_token_count
+
+    tok = AutoTokenizer.from_pretrained(str(identity_checkpoint()))
+    rows = {}
+    for name, qs in query_length_sets().items():
+        n = sorted(query_token_count(tok, q) for q in qs)
+        rows[name] = {"queries": len(n), "max_tokens": n[-1],
+                      "p95_tokens": n[int(0.95 * (len(n) - 1))],
+                      "cut_share": {str(lim): round(sum(x > lim - 3 for x in n) / len(n), 4)
+                                    for lim in (*QUERY_LENGTH_LIMITS, QUERY_HARD_MAX)}}
+    return {"hard_max": QUERY_HARD_MAX, "sets": rows}
+
+
+def query_lengths_markdown(res: dict[str, Any]) -> str:
+    lims = [*map(str, QUERY_LENGTH_LIMITS)]
+    lines = ["| queries | n | max / p95 word pieces | cut at query_maxlen "
+             + " / ".join(lims) + " (before: 32) | cut after (fit, up to "
+             f"{res['hard_max']}) |", "|---|---|---|---|---|"]
+    for name, r in res["sets"].items():
+        cut = r["cut_share"]
+        lines.append(f"| {name} | {r['queries']} | {r['max_tokens']} / {r['p95_tokens']} | "
+                     + " / ".join(f"{100 * cut[k]:.1f}%" for k in lims)
+                     + f" | {100 * cut[str(res['hard_max'])]:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+# ---- what fitting long queries buys (same index, same questions) ----------------------------
+def query_fit_ablation(spec: str) -> dict[str, Any]:
+    """HotpotQA dev recall with queries cut at the checkpoint's query_maxlen (colbert-ai's
+    behaviour) against queries grown to fit (ambiqa's), on one ColBERT index."""
+    from ambiqa.retrieval.colbert import QUERY_HARD_MAX, install_query_fit
+    from ambiqa.retrieval.factory import open_retriever
+
+    retriever = open_retriever(spec)
+    searcher = retriever._ensure_searcher()
+    qt = searcher.checkpoint.query_tokenizer
+    min_len = int(retriever.manifest["query_maxlen"])
+    items = eval_sets()["hotpotqa"]
+    out: dict[str, Any] = {"index": spec, "fingerprint": retriever.fingerprint,
+                           "query_maxlen": min_len}
+    for label, max_len in (("cut at query_maxlen", min_len), ("fit", QUERY_HARD_MAX)):
+        install_query_fit(qt, min_len, max_len)
+        hits = [retriever.search(it["question"], max(KS)) for it in items]
+        out[label] = score("hotpotqa", items, hits)
+    install_query_fit(qt, min_len)
+    return out
+
+
+# ---- PLAID search settings, chosen on training questions ------------------------------------
+SWEEP_K5 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
+            for c in (1, 2, 4) for t in (0.4, 0.5) for d in (128, 256, 1024)]
+SWEEP_K20 = [{"ncells": c, "centroid_score_threshold": t, "ndocs": d}
+             for c in (2, 4) for t in (0.4, 0.45) for d in (256, 1024)]
+
+
+def training_questions(n: int) -> list[dict[str, Any]]:
+    """ASQA *train* questions and their disambiguations whose answer-bearing gold passages are
+    in the corpus (the same positives ColBERT training uses); never evaluation questions."""
+    from ambiqa.data import load_corpus, load_dataset
+    from ambiqa.retrieval.triples import _query_positives
+
+    corpus = load_corpus(data_root() / "corpus" / "wiki_passages.jsonl")
+    by_key = {(p.title, p.text): p.id for p in corpus}
+    out = []
+    for ex in load_dataset("asqa:train"):
+        for q, _, pos in _query_positives("asqa", ex):
+            gold = sorted({by_key[k] for k in pos if k in by_key})
+            if gold:
+                out.append({"question": q, "gold": gold})
+    return out[:n]
+
+
+def sweep(spec: str, n: int) -> dict[str, Any]:
+    """Recall and single-query latency of each PLAID setting on ``n`` training questions."""
+    from ambiqa.retrieval.factory import open_retriever
+
+    retriever = open_retriever(spec)
+    items = training_questions(n)
+    retriever.search("warm up the model and the index", 5)
+    # encode each question once; every setting then ranks the same query vectors
+    searcher = retriever._ensure_searcher()
+    qvecs = []
+    t = time.perf_counter()
+    for it in items:
+        qvecs.append(searcher.checkpoint.queryFromText([it["question"]], to_cpu=True))
+    encode_ms = (time.perf_counter() - t) * 1000 / len(items)
+    rows = []
+    for k, grid in ((5, SWEEP_K5), (20, SWEEP_K20)):
+        for params in grid:
+            retriever.search_settings = ((10**9, params),)
+            lat, hits = [], []
+            for q in qvecs:
+                t = time.perf_counter()
+                hits.append(retriever._rank(searcher, q, k))
+                lat.append((time.perf_counter() - t) * 1000)
+            rec = statistics.fmean(float(bool(set(it["gold"]) & {p.id for p in h[:k]}))
+                                   for it, h in zip(items, hits, strict=True))
+            rows.append({"k": k, **params, "recall": round(rec, 4),
+                         "rank_ms_median": round(statistics.median(lat), 2),
+                         "rank_ms_p95": round(sorted(lat)[int(0.95 * (len(lat) - 1))], 2)})
+            print(rows[-1], flush=True)
+    return {"index": spec, "fingerprint": retriever.fingerprint, "questions": len(items),
+            "query_encode_ms_mean": round(encode_ms, 2), "rows": rows,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def sweep_markdown(res: dict[str, Any]) -> str:
+    lines = [f"PLAID settings on {res['questions']} ASQA **train** questions (answer-bearing "
+             f"gold passages in the corpus), {res['index']}; rank time excludes query "
+             f"encoding ({res['query_encode_ms_mean']} ms mean), load {res['load_avg_1m']}:",
+             "", "| k | ncells | centroid_score_threshold | ndocs | recall@k | rank ms median "
+             "/ p95 |", "|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['k']} | {r['ncells']} | {r['centroid_score_threshold']} | "
+                     f"{r['ndocs']} | {r['recall']:.3f} | {r['rank_ms_median']} / "
+                     f"{r['rank_ms_p95']} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- Diva diversification ------------------------------------------------------------------
 def diva_part(spec: str, n: int, lm_spec: str) -> dict[str, Any]:
     import dspy
@@ -352,25 +520,55 @@ def markdown(parts: dict[str, dict[str, Any]], diva: dict[str, Any] | None) -> s
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--retrievers", default=",".join(INDEXES))
+    ap.add_argument("--retrievers", default=",".join(INDEXES),
+                    help=f"comma-separated keys (default {','.join(INDEXES)}; also "
+                         f"{', '.join(OPTIONAL_INDEXES)} when those indexes exist)")
     ap.add_argument("--index", action="append", default=[],
-                    help="KEY=kind:name, e.g. colbert-trained=colbert:wiki-trained")
+                    help="KEY=kind:name, e.g. colbert=colbert:wiki-trained")
     ap.add_argument("--diva", type=int, default=20, help="ASQA dev questions (0: skip)")
     ap.add_argument("--diva-index", default=None,
-                    help="retriever for the Diva comparison (default: the trained ColBERT "
-                         "if measured, else the identity one)")
+                    help="retriever for the Diva comparison (default: the colbert row's)")
     ap.add_argument("--lm", default="embedded:qwen2.5-coder-0.5b")
     ap.add_argument("--force", action="store_true", help="remeasure even if a part exists")
+    ap.add_argument("--query-lengths", action="store_true",
+                    help="only measure how many queries each query_maxlen would cut "
+                         "(benchmarks/results/query_lengths.{json,md}; no model run)")
+    ap.add_argument("--sweep", default=None, metavar="SPEC",
+                    help="only measure PLAID search settings for a ColBERT index on training "
+                         "questions (benchmarks/results/colbert_search_settings.{json,md})")
+    ap.add_argument("--sweep-n", type=int, default=200)
+    ap.add_argument("--query-fit-ablation", default=None, metavar="SPEC",
+                    help="only measure HotpotQA dev recall with long queries cut vs fitted on "
+                         "a ColBERT index (benchmarks/results/query_fit_ablation.json)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--diva-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    indexes = dict(INDEXES)
+    indexes = {**INDEXES, **OPTIONAL_INDEXES}
     for item in args.index:
         key, _, spec = item.partition("=")
         indexes[key] = spec
     PARTS.mkdir(parents=True, exist_ok=True)
     from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
+    if args.query_lengths:
+        res = query_lengths()
+        atomic_write_json(RESULTS / "query_lengths.json", res)
+        md = query_lengths_markdown(res)
+        atomic_write_text(RESULTS / "query_lengths.md", md)
+        print(md)
+        return 0
+    if args.query_fit_ablation:
+        res = query_fit_ablation(args.query_fit_ablation)
+        atomic_write_json(RESULTS / "query_fit_ablation.json", res)
+        print(json.dumps(res, indent=1))
+        return 0
+    if args.sweep:
+        res = sweep(args.sweep, args.sweep_n)
+        atomic_write_json(RESULTS / "colbert_search_settings.json", res)
+        md = sweep_markdown(res)
+        atomic_write_text(RESULTS / "colbert_search_settings.md", md)
+        print(md)
+        return 0
     if args.worker:
         atomic_write_json(PARTS / f"{args.worker}.json", measure(args.worker,
                                                                  indexes[args.worker]))
@@ -386,8 +584,7 @@ def main() -> int:
             parts[key] = found
     diva = None
     if args.diva:
-        spec = args.diva_index or indexes["colbert-trained" if "colbert-trained" in parts
-                                          else "colbert-identity"]
+        spec = args.diva_index or indexes["colbert"]
         part = PARTS / "diva.json"
         old = json.loads(part.read_text()) if part.is_file() else {}
         if (args.force or old.get("index") != spec or old.get("n") != args.diva

@@ -81,7 +81,10 @@ def cmd_colbert_train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     out = train_colbert(args.out, dim=args.dim, steps=args.steps, bsize=args.bsize, lr=args.lr,
                         save_every=args.save_every, timeout_s=args.timeout, corpus=corpus,
-                        sources=args.data or None, fresh=args.fresh, threads=args.threads)
+                        sources=args.data or None, fresh=args.fresh, threads=args.threads,
+                        nway=args.nway, dense_index=args.dense_index, distill=args.distill,
+                        distill_alpha=args.distill_alpha,
+                        negatives_per_positive=args.negatives_per_positive)
     print(f"trained ColBERT checkpoint at {out} ({time.perf_counter() - t0:.0f} s this run); "
           f"index with it: ambiqa index CORPUS --name NAME --checkpoint {out}")
     if args.validate:
@@ -146,6 +149,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--steps", type=int, default=240,
                    help="optimizer steps (default 240: ~15-25 min on 2 shared cores)")
     t.add_argument("--bsize", type=int, default=8)
+    t.add_argument("--nway", type=int, default=None,
+                   help="passages per example, 1 positive + nway-1 hard negatives (default: 2, "
+                        "or 4 with --dense-index)")
+    t.add_argument("--dense-index", default=None,
+                   help="a dense index over the same corpus (e.g. dense:wiki-dense) that mines "
+                        "hard negatives beside BM25")
+    t.add_argument("--distill", action="store_true",
+                   help="train on the dense retriever's scores as teacher (KL loss; needs "
+                        "--dense-index)")
+    t.add_argument("--distill-alpha", type=float, default=20.0,
+                   help="teacher inverse temperature (default 20, MiniLM's training scale)")
+    t.add_argument("--negatives-per-positive", type=int, default=3,
+                   help="training examples drawn per positive passage (default 3)")
     t.add_argument("--lr", type=float, default=1e-5)
     t.add_argument("--save-every", type=int, default=50)
     t.add_argument("--timeout", type=float, default=None,

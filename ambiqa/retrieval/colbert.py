@@ -633,18 +633,129 @@ def _run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_m
 
 
 # --------------------------------------------------------------------------------------------
+# queries that fit
+# --------------------------------------------------------------------------------------------
+# colbert-ai pads every query with [MASK] tokens to ``query_maxlen`` (32) and silently cuts
+# longer ones: measured with the MiniLM tokenizer, 8.7% of HotpotQA dev questions, 10% of
+# HotpotQA train questions and 1.8% of ASQA's disambiguated questions lose their tail
+# (benchmarks/results/query_lengths.md). ambiqa keeps ``query_maxlen`` as the *minimum* length
+# (the [MASK] padding a short query gets, so short queries encode exactly as colbert-ai's) and
+# lets a longer query grow to fit, up to QUERY_HARD_MAX tokens. Training and search both use
+# :func:`fit_query_tensors`, so the model is trained on the lengths it is searched with.
+# (colbert-ai's own ``full_length_search`` still cuts the last 3 word pieces of a long query,
+# and only works one query at a time.)
+QUERY_HARD_MAX = 256
+
+
+def fit_query_tensors(tok: Any, texts: Sequence[str], min_len: int, q_marker_id: int,
+                      max_len: int = QUERY_HARD_MAX) -> tuple[Any, Any]:
+    """Token ids and attention mask for ColBERT queries, none of them cut below ``max_len``.
+
+    Each query becomes ``[CLS] [Q] tokens [SEP]`` followed by [MASK] up to
+    ``max(min_len, n + 3)`` (attention 0 on the masks, as in colbert-ai); a batch is then
+    padded to its longest row with [PAD] (attention 0), which ColBERT's query encoder zeroes,
+    so a query scores the same alone or in a batch with longer ones. ``tok`` is the
+    checkpoint's Hugging Face tokenizer.
+    """
+    import torch
+
+    if min_len < 4 or max_len < min_len:
+        raise ConfigError(f"query length bounds must satisfy 4 <= min_len <= max_len, got "
+                          f"{min_len}, {max_len}")
+    pieces = tok(list(texts), add_special_tokens=False)["input_ids"]
+    rows, masks = [], []
+    for ids in pieces:
+        ids = list(ids)[:max_len - 3]
+        length = max(min_len, len(ids) + 3)
+        real = [tok.cls_token_id, q_marker_id, *ids, tok.sep_token_id]
+        rows.append(real + [tok.mask_token_id] * (length - len(real)))
+        masks.append([1] * len(real) + [0] * (length - len(real)))
+    width = max((len(r) for r in rows), default=min_len)
+    ids_t = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    mask_t = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, m) in enumerate(zip(rows, masks, strict=True)):
+        ids_t[i, :len(r)] = torch.tensor(r)
+        mask_t[i, :len(m)] = torch.tensor(m)
+    return ids_t, mask_t
+
+
+def query_token_count(tok: Any, text: str) -> int:
+    """Word pieces of ``text`` without special tokens (what :func:`fit_query_tensors` keeps)."""
+    return len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _fitted_tensorize(qt: Any, batch_text: Sequence[str], bsize: int | None = None,
+                      context: Any = None, full_length_search: bool = False,
+                      min_len: int | None = None, max_len: int = QUERY_HARD_MAX) -> Any:
+    """A drop-in for colbert-ai's ``QueryTokenizer.tensorize`` built on fit_query_tensors."""
+    if context is not None:
+        raise ConfigError("ColBERT queries with background context are not supported")
+    from colbert.modeling.tokenization.utils import _split_into_batches
+
+    ids, mask = fit_query_tensors(qt.tok, batch_text, min_len or qt.query_maxlen,
+                                  qt.Q_marker_token_id, max_len)
+    if bsize:
+        return _split_into_batches(ids, mask, bsize)
+    return ids, mask
+
+
+def install_query_fit(query_tokenizer: Any, min_len: int, max_len: int = QUERY_HARD_MAX
+                      ) -> None:
+    """Make one colbert-ai QueryTokenizer fit queries instead of cutting them.
+
+    ``max_len=min_len`` reproduces colbert-ai's cutting (for measurements).
+    """
+    def tensorize(batch_text: Sequence[str], bsize: int | None = None, context: Any = None,
+                  full_length_search: bool = False) -> Any:
+        return _fitted_tensorize(query_tokenizer, batch_text, bsize, context,
+                                 full_length_search, min_len=min_len, max_len=max_len)
+
+    query_tokenizer.tensorize = tensorize
+
+
+@contextlib.contextmanager
+def query_fit_for_training() -> Iterator[None]:
+    """While it runs, every colbert-ai QueryTokenizer fits queries (used by training)."""
+    from colbert.modeling.tokenization.query_tokenization import QueryTokenizer
+
+    original = QueryTokenizer.tensorize
+    QueryTokenizer.tensorize = _fitted_tensorize
+    try:
+        yield
+    finally:
+        QueryTokenizer.tensorize = original
+
+
+# --------------------------------------------------------------------------------------------
 # the retriever
 # --------------------------------------------------------------------------------------------
-def _search_params(k: int) -> dict[str, Any]:
-    """colbert-ai's PLAID settings for a given k, set on every call.
+# PLAID's candidate settings per k bucket: (largest k, settings); larger k gets a wide
+# default. colbert-ai's own choice for these buckets:
+COLBERT_AI_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = (
+    (10, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}),
+    (100, {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}),
+)
+# ambiqa's, chosen on 150 ASQA *train* questions over the 12.8k-passage `wiki` index (128-d
+# trained checkpoint; benchmarks/results/colbert_search_settings.md): recall@5 was 0.893 for
+# every ncells / threshold / ndocs <= 256 and 0.900 at ndocs 1024 for 3-4x the rank time, and
+# recall@20 0.927 at ndocs 256 against 0.933 at 1024 for ~3x; so the cheapest setting of
+# equal recall per bucket.
+SEARCH_SETTINGS: tuple[tuple[int, dict[str, Any]], ...] = (
+    (10, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 128}),
+    (100, {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 256}),
+)
+
+
+def _search_params(k: int, table: Sequence[tuple[int, dict[str, Any]]] | None = None
+                   ) -> dict[str, Any]:
+    """PLAID settings for a given k, set on every call.
 
     colbert-ai fills these in on the *first* search only and keeps them, so results would
     depend on the first call's k; setting them per call keeps every search reproducible.
     """
-    if k <= 10:
-        return {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}
-    if k <= 100:
-        return {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}
+    for max_k, params in table or SEARCH_SETTINGS:
+        if k <= max_k:
+            return {**params, "ndocs": max(int(params["ndocs"]), 4 * k)}
     return {"ncells": 4, "centroid_score_threshold": 0.4, "ndocs": max(k * 4, 4096)}
 
 
@@ -657,8 +768,9 @@ class ColBERTRetriever(SharedResource):
     * ``search(query, k)`` returns the top ``k`` passages, best first, scored by ColBERT's
       MaxSim sum. If ``k`` is at least the number of indexed passages, every passage is scored
       exactly and all are returned (so ``len(result) == min(k, len(index))``).
-    * A query longer than the checkpoint's ``query_maxlen`` (32 tokens by default, 3 of them
-      special) is truncated by ColBERT; a warning is logged.
+    * A query is never cut below QUERY_HARD_MAX word pieces: the checkpoint's ``query_maxlen``
+      (32) is the [MASK]-padded length of a short query and a longer one grows to fit (see
+      :func:`fit_query_tensors`); only beyond QUERY_HARD_MAX is it cut, with a warning.
     * ``get(pid)`` takes a corpus passage id and returns the passage (score 0).
     """
 
@@ -673,7 +785,10 @@ class ColBERTRetriever(SharedResource):
         self._pid_of = {p.id: i for i, p in enumerate(self._passages)}
         self._lock = threading.Lock()
         self._searcher: Any = None
-        self._max_query_tokens = int(manifest["query_maxlen"]) - 3
+        self._min_query_len = int(manifest["query_maxlen"])
+        self._max_query_tokens = QUERY_HARD_MAX - 3
+        # PLAID settings per k bucket; None: SEARCH_SETTINGS (set_search_settings overrides)
+        self.search_settings: tuple[tuple[int, dict[str, Any]], ...] | None = None
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
@@ -791,17 +906,33 @@ class ColBERTRetriever(SharedResource):
         with timed_search(self.name, query, k), self._lock:
             searcher = self._ensure_searcher()
             self._warn_if_truncated(searcher, query)
-            q = searcher.encode(query)
+            q = searcher.checkpoint.queryFromText([query], to_cpu=True)
             return self._rank(searcher, q, k)
 
-    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        """Search several queries; results equal ``[self.search(q, k) for q in queries]``.
+    def batch_search(self, queries: Sequence[str], k: int = 5, bsize: int = 32
+                     ) -> list[list[Passage]]:
+        """Search several queries, encoding them ``bsize`` at a time (for evaluation).
 
-        Each query is timed and traced as one retriever call (query encoding is per query:
-        on CPU a batched encoding saves little and could differ in the last float bits).
+        The ranking is ``search``'s for each query; only the query encoding is batched (a
+        padded batch can differ from a lone encoding in the last float bits, so a score tie
+        may break the other way). Each query is timed and traced as one retriever call.
         """
         checked = [check_query(q, k) for q in queries]
-        return [self.search(q, k_) for q, k_ in checked]
+        out: list[list[Passage]] = []
+        for start in range(0, len(checked), bsize):
+            chunk = checked[start:start + bsize]
+            with self._lock:
+                searcher = self._ensure_searcher()
+                for q, _ in chunk:
+                    self._warn_if_truncated(searcher, q)
+                qs = searcher.checkpoint.queryFromText([q for q, _ in chunk], to_cpu=True)
+            for (q, k_), row in zip(chunk, qs, strict=True):
+                # drop the [PAD] rows a batch adds (zero vectors) so candidate generation
+                # sees exactly the query's own vectors
+                keep = int(row.norm(dim=-1).gt(0).nonzero().max()) + 1
+                with timed_search(self.name, q, k_), self._lock:
+                    out.append(self._rank(searcher, row[:keep].unsqueeze(0), k_))
+        return out
 
     def get(self, pid: str) -> Passage | None:
         i = self._pid_of.get(pid)
@@ -854,12 +985,16 @@ class ColBERTRetriever(SharedResource):
                                 verbose=0)
             # Mixed precision is a CUDA feature; on CPU it only warns on every call.
             searcher.checkpoint.amp_manager = MixedPrecisionManager(False)
+            # Queries grow to fit instead of being cut; candidate generation reads the first
+            # ``config.query_maxlen`` query vectors, so let it read them all.
+            install_query_fit(searcher.checkpoint.query_tokenizer, self._min_query_len)
+            searcher.config.query_maxlen = QUERY_HARD_MAX
         self._searcher = searcher
         return searcher
 
     def _warn_if_truncated(self, searcher: Any, query: str) -> None:
         tok = searcher.checkpoint.query_tokenizer.tok
-        n = len(tok(query, add_special_tokens=False)["input_ids"])
+        n = query_token_count(tok, query)
         if n > self._max_query_tokens:
             log.warning("query has %d tokens; ColBERT reads only the first %d: %.80r", n,
                         self._max_query_tokens, query)
@@ -869,7 +1004,7 @@ class ColBERTRetriever(SharedResource):
         if k >= n:
             pids, scores = self._score_all(searcher, q)
         else:
-            searcher.configure(**_search_params(k))
+            searcher.configure(**_search_params(k, self.search_settings))
             pids, _, scores = searcher.dense_search(q, k)
             if len(pids) < k:  # too few candidates near the query's centroids: score all
                 pids, scores = self._score_all(searcher, q)
@@ -1027,5 +1162,6 @@ def _ambiqa_version() -> str:
     return __version__
 
 
-__all__ = ["ColBERTRetriever", "build_index", "corpus_fingerprint", "read_manifest",
-           "validate_manifest", "check_corpus", "iter_corpus", "import_colbert"]
+__all__ = ["ColBERTRetriever", "build_index", "fit_query_tensors", "QUERY_HARD_MAX",
+           "corpus_fingerprint", "read_manifest", "validate_manifest", "check_corpus",
+           "iter_corpus", "import_colbert"]

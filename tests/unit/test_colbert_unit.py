@@ -270,8 +270,9 @@ def test_collection_and_tsv_written_in_order(tmp_path):
 
 def test_search_params_do_not_depend_on_call_order():
     assert cb._search_params(5) == cb._search_params(10) == {
-        "ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}
-    assert cb._search_params(50)["ndocs"] == 1024
+        "ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 128}
+    assert cb._search_params(20)["ndocs"] == 256
+    assert cb._search_params(100)["ndocs"] == 400  # at least 4 * k candidates
     assert cb._search_params(2000)["ndocs"] == 8000
 
 
@@ -304,3 +305,72 @@ def test_heldout_is_cut_to_what_torch_quantile_accepts():
     cut = cb.limit_heldout(wide)
     assert cut.numel() <= cb.QUANTILE_MAX_ELEMENTS and cut.shape[0] == 2**24 // 384
     cut.quantile(torch.tensor([0.25, 0.5]))  # would raise on the full tensor
+
+
+# ---- queries that fit ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bert_tok():
+    from transformers import AutoTokenizer
+
+    from ambiqa.retrieval.encoder import minilm_path
+
+    return AutoTokenizer.from_pretrained(str(minilm_path()))
+
+
+Q_MARKER = 1  # [unused0], colbert-ai's query marker
+
+
+def test_short_query_is_padded_with_masks_like_colbert_ai(bert_tok):
+    ids, mask = cb.fit_query_tensors(bert_tok, ["who wrote hamlet"], 32, Q_MARKER)
+    pieces = bert_tok("who wrote hamlet", add_special_tokens=False)["input_ids"]
+    real = [bert_tok.cls_token_id, Q_MARKER, *pieces, bert_tok.sep_token_id]
+    assert ids.shape == (1, 32) and mask.shape == (1, 32)
+    assert ids[0].tolist() == real + [bert_tok.mask_token_id] * (32 - len(real))
+    assert mask[0].tolist() == [1] * len(real) + [0] * (32 - len(real))
+
+
+def test_long_query_grows_to_fit_instead_of_being_cut(bert_tok):
+    long_q = "which film directed by the man who wrote " * 8
+    n = cb.query_token_count(bert_tok, long_q)
+    assert n + 3 > 32
+    ids, mask = cb.fit_query_tensors(bert_tok, [long_q, "short one"], 32, Q_MARKER)
+    assert ids.shape == (2, n + 3)
+    assert ids[0, 2:n + 2].tolist() == bert_tok(long_q, add_special_tokens=False)["input_ids"]
+    assert ids[0, -1] == bert_tok.sep_token_id and int(mask[0].sum()) == n + 3
+    # the short query keeps its own 32-token form; the rest of its row is [PAD] (zeroed by
+    # ColBERT's query encoder), so batching does not change its score
+    alone, _ = cb.fit_query_tensors(bert_tok, ["short one"], 32, Q_MARKER)
+    assert ids[1, :32].tolist() == alone[0].tolist()
+    assert set(ids[1, 32:].tolist()) == {bert_tok.pad_token_id}
+    assert mask[1, 32:].sum() == 0
+
+
+def test_only_queries_beyond_the_hard_cap_are_cut(bert_tok):
+    words = "alpha " * 400
+    ids, _ = cb.fit_query_tensors(bert_tok, [words], 32, Q_MARKER, max_len=64)
+    assert ids.shape == (1, 64) and ids[0, -1] == bert_tok.sep_token_id
+    with pytest.raises(ConfigError):
+        cb.fit_query_tensors(bert_tok, ["x"], 2, Q_MARKER)
+
+
+def test_retriever_warns_only_beyond_the_hard_cap(tmp_path, bert_tok, caplog):
+    fake_index(tmp_path)
+    r = ColBERTRetriever.load(tmp_path, "idx")
+    fake_searcher = type("S", (), {})()
+    fake_searcher.checkpoint = type("C", (), {})()
+    fake_searcher.checkpoint.query_tokenizer = type("T", (), {"tok": bert_tok})()
+    with caplog.at_level("WARNING"):
+        r._warn_if_truncated(fake_searcher, "a multi hop question " * 12)  # ~48 pieces
+    assert not caplog.records
+    with caplog.at_level("WARNING"):
+        r._warn_if_truncated(fake_searcher, "word " * (cb.QUERY_HARD_MAX + 5))
+    assert "reads only the first" in caplog.text
+
+
+def test_search_settings_table_override_keeps_enough_candidates():
+    table = ((10, {"ncells": 2, "centroid_score_threshold": 0.4, "ndocs": 128}),)
+    assert cb._search_params(5, table) == {"ncells": 2, "centroid_score_threshold": 0.4,
+                                           "ndocs": 128}
+    assert cb._search_params(50, table)["ndocs"] >= 200  # beyond the table: the wide default
+    wide = ((10**9, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 64}),)
+    assert cb._search_params(40, wide)["ndocs"] == 160  # never fewer than 4 * k candidates

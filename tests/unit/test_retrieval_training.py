@@ -167,3 +167,151 @@ def test_changed_settings_do_not_silently_resume(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="other settings") as err:
         tr.train_colbert(tmp_path / "out", steps=10, bsize=2, lr=3e-5)
     assert "lr" in err.value.message and "--fresh" in err.value.hint
+
+
+# ---- dense-mined negatives, teacher scores, weak labels --------------------------------------
+class _BagOfWords:
+    """A deterministic stand-in for the MiniLM encoder: unit bag-of-words vectors."""
+
+    def __init__(self, vocab):
+        self.vocab = {w: i for i, w in enumerate(sorted(vocab))}
+
+    def encode(self, texts, batch_size=64):
+        import numpy as np
+
+        out = np.zeros((len(texts), len(self.vocab)), dtype=np.float32)
+        for r, t in enumerate(texts):
+            for w in t.lower().replace("?", " ").replace(".", " ").replace(",", " ").split():
+                if w in self.vocab:
+                    out[r, self.vocab[w]] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
+class _FakeDense:
+    name = "dense"
+
+    def __init__(self, corpus, extra_words=()):
+        words = {w for p in corpus for w in p.render().lower().replace(".", " ").split()}
+        self.encoder = _BagOfWords(words | set(extra_words))
+        self.passages = list(reversed(corpus))  # index order need not be corpus order
+        self.embeddings = self.encoder.encode([p.render() for p in self.passages])
+
+
+def _webq(tmp_path, rows):
+    path = tmp_path / "webq_train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"webq:{path}"
+
+
+def test_nway_examples_mix_bm25_and_dense_negatives_with_teacher_scores(tmp_path):
+    dense = _FakeDense(CORPUS)
+    data = build_training_data(CORPUS, [_asqa(tmp_path)], nway=4, dense=dense, teacher=True,
+                               negatives_per_positive=2, random_share=0.0)
+    assert data.nway == 4 and all(len(ex) == 5 for ex in data.triples)
+    assert data.stats["dense_negatives"] > 0 and data.stats["bm25_negatives"] > 0
+    assert len(data.scores) == len(data.triples)
+    for ex, sc in zip(data.triples, data.scores, strict=True):
+        assert len(set(ex[1:])) == 4  # no passage twice in one example
+        q = dense.encoder.encode([data.queries[ex[0]]])[0]
+        for cidx, s in zip(ex[1:], sc, strict=True):
+            title, _, text = data.collection[cidx].partition(" | ")
+            want = float(q @ dense.encoder.encode([Passage("", title, text).render()])[0])
+            assert s == pytest.approx(want, abs=1e-4)
+    save_training_data(data, tmp_path / "work")
+    back = load_training_data(tmp_path / "work")
+    assert back.scores == data.scores and back.fingerprint() == data.fingerprint()
+    (tmp_path / "work" / "scores.jsonl").write_text("[0.5]\n")
+    with pytest.raises(DataError, match="does not match"):
+        load_training_data(tmp_path / "work")
+
+
+def test_teacher_needs_the_dense_retriever(tmp_path):
+    with pytest.raises(ConfigError, match="dense"):
+        build_training_data(CORPUS, [_asqa(tmp_path)], teacher=True)
+    with pytest.raises(ConfigError, match="nway"):
+        build_training_data(CORPUS, [_asqa(tmp_path)], nway=1)
+
+
+def test_weak_positives_must_contain_an_answer_and_rank_high(tmp_path):
+    spec = _webq(tmp_path, [
+        {"id": "w1", "question": "where is the louvre art museum?", "answer": ["1793"]},
+        {"id": "w2", "question": "what is the capital of mars?", "answer": ["Olympus City"]},
+        {"id": "w3", "question": "what number is it?", "answer": ["1"]},  # too short a label
+    ])
+    data = build_training_data(CORPUS, [spec], dense=_FakeDense(CORPUS), nway=3)
+    assert data.queries == ["where is the louvre art museum?"]
+    assert data.stats["weak_positives"] == 1 and data.stats["weak_queries_dropped"] == 2
+    assert {data.collection[ex[1]] for ex in data.triples} == {
+        colbert_text("Louvre", CORPUS[1].text)}
+
+
+def test_distilled_examples_carry_passage_score_pairs(tmp_path):
+    data = build_training_data(CORPUS, [_asqa(tmp_path)], nway=3, dense=_FakeDense(CORPUS),
+                               teacher=True, negatives_per_positive=1)
+    out = tr.ordered_triples(data, steps=1, bsize=len(data.triples), seed=0, distill=True)
+    by_example = {tuple(ex): sc for ex, sc in zip(data.triples, data.scores, strict=True)}
+    for row in out:
+        ex = (row[0], *(p for p, _ in row[1:]))
+        assert [s for _, s in row[1:]] == by_example[ex]
+    plain = build_training_data(CORPUS, [_asqa(tmp_path)], negatives_per_positive=1)
+    with pytest.raises(ConfigError, match="teacher"):
+        tr.ordered_triples(plain, steps=1, bsize=2, seed=0, distill=True)
+
+
+def test_distillation_needs_a_teacher(tmp_path):
+    with pytest.raises(ConfigError, match="teacher"):
+        tr.train_colbert(tmp_path / "out", steps=1, distill=True, corpus="x.jsonl")
+
+
+# ---- the checkpoint manifest -----------------------------------------------------------------
+def test_finished_checkpoint_manifest_records_training_and_query_fit(tmp_path):
+    from ambiqa.retrieval.checkpoint import INFO_FILE, checkpoint_info
+
+    data = build_training_data(CORPUS, [_asqa(tmp_path)], nway=3, dense=_FakeDense(CORPUS),
+                               teacher=True, negatives_per_positive=1)
+    last = tmp_path / "out.work" / "last"
+    last.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        (last / name).write_text("x")
+    (last / "artifact.metadata").write_text(json.dumps({"dim": 128, "checkpoint": str(last)}))
+    (last / "optimizer.safetensors").write_text("moments")
+    (last / INFO_FILE).write_text(json.dumps({
+        "kind": "trained", "name": "x", "dim": 128, "query_maxlen": 32, "query_fit": True,
+        "weights_sha256": "ab" * 32}))
+    settings = tr._settings(128, 5, 2, 1e-5, 3, 180, 32, True, 0, data.fingerprint(), 20.0)
+    out = tr._finish(last, tmp_path / "ckpt-128", settings, data,
+                     {"steps_done": 5, "train_seconds": 12.5, "losses": [1.0, 0.5]})
+    info = json.loads((out / INFO_FILE).read_text())
+    assert info["name"] == "ckpt-128" and info["dim"] == 128 and info["query_fit"] is True
+    t = info["training"]
+    assert t["nway"] == 3 and t["distillation_alpha"] == 20.0 and t["steps_done"] == 5
+    assert t["triples"]["teacher"] == "dense" and t["triples"]["miners"] == ["bm25", "dense"]
+    assert t["final_loss_mean_last_20"] == 0.75
+    assert json.loads((out / "artifact.metadata").read_text())["checkpoint"] == str(out)
+    assert not (out / "optimizer.safetensors").exists()  # resumable state stays in .work
+    assert checkpoint_info(out)["id"] == "ckpt-128@" + "ab" * 6
+
+
+def test_default_checkpoint_prefers_the_measured_best_trained_one(tmp_path, monkeypatch):
+    from ambiqa.retrieval import checkpoint as ck
+    from ambiqa.retrieval.checkpoint import INFO_FILE, REQUIRED_FILES, default_checkpoint
+
+    assert ck.DEFAULT_TRAINED_NAMES[0] == "minilm-trained-384"  # the measured best
+    DEFAULT_TRAINED_NAMES = ("ckpt-best", "ckpt-second")
+    monkeypatch.setattr(ck, "DEFAULT_TRAINED_NAMES", DEFAULT_TRAINED_NAMES)
+
+    def make(name, complete=True):
+        d = tmp_path / name
+        d.mkdir()
+        for f in (*REQUIRED_FILES, INFO_FILE)[: None if complete else 2]:
+            (d / f).write_text("{}")
+        return d
+
+    make(DEFAULT_TRAINED_NAMES[1])
+    assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[1]
+    make(DEFAULT_TRAINED_NAMES[0], complete=False)  # an unfinished one is skipped
+    assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[1]
+    for f in (*REQUIRED_FILES, INFO_FILE):
+        (tmp_path / DEFAULT_TRAINED_NAMES[0] / f).write_text("{}")
+    assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[0]
