@@ -42,6 +42,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/sections/demo.md",
     "benchmarks/results/sections/lm_speed.md",
     "benchmarks/results/speed.md",
+    "benchmarks/results/colbert.md",
     "benchmarks/results/sections/retrieval.md",
     "benchmarks/results/sections/method_comparison.md",
     "benchmarks/results/compare/TABLES.md",
