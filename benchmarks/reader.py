@@ -224,6 +224,29 @@ def holdout_check_cached(reader: Any, holdout: int) -> dict[str, Any]:
     return out
 
 
+def holdout_long_answers_cached(reader: Any, holdout: int) -> dict[str, Any]:
+    """SQuAD 2.0-style figures on the held-out questions' *long answers* (what D-F1 reads;
+    v1 trained on them, so this favours v1)."""
+    from ambiqa.evaluation.reader_training import (
+        TrainConfig,
+        holdout_long_answer_examples,
+        validate,
+    )
+
+    key = {"reader": reader.name,
+           "weights_sha256": (reader.manifest.get("weights") or {}).get("sha256"),
+           "null_threshold": reader.null_threshold, "holdout": holdout}
+    path = HUMAN_DIR / f"{reader.name.split(':')[-1]}-holdout{holdout}-long.json"
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return stored["holdout"]
+    out = validate(reader, [], examples=holdout_long_answer_examples(
+        TrainConfig(holdout=holdout)))["squad"]
+    atomic_write_json(path, {"key": key, "holdout": out})
+    return out
+
+
 def paired_readers(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     """new − old on the same questions (D-F1) and the same answerable pairs (token F1), with
     paired 95% bootstrap intervals."""
@@ -330,7 +353,8 @@ def _calibration_line(m: dict[str, Any]) -> str:
     if not cal:
         return "No null-threshold calibration (the SQuAD2 rule: abstain when [CLS] wins)."
     return (f"Null threshold {cal['null_threshold']:.2f}, calibrated on {cal['n']} {cal['data']} "
-            f"reader examples (SQuAD 2.0 F1 there {cal['f1_at_threshold']} against "
+            f"reader examples ({cal.get('sources', 'long answers')}; SQuAD 2.0 F1 there "
+            f"{cal['f1_at_threshold']} against "
             f"{cal['f1_at_zero']} at threshold 0; the short schedule leaves the null score "
             "too high, so the uncalibrated reader abstained on answers it had found).")
 
@@ -398,15 +422,18 @@ def _side_by_side(result: dict[str, Any]) -> list[str]:
     rows = [(base["reader"], base["manifest"], base["human"], base["train_command"]),
             (result["reader"], result["manifest"], result["human"], result["train_command"])]
     lines = ["## Old and new reader side by side (same questions, same examples)", "",
-             "| reader | training examples | steps (epochs), min | holdout SQuAD2 F1 "
-             "(answerable F1 / no-answer acc.) | D-F1 on human long answers [95% CI] | "
-             "token F1 on answerable pairs [95% CI] | abstained: answerable / absent | "
-             "ms/question |", "|---|---|---|---|---|---|---|---:|"]
+             "| reader | training examples | steps (epochs), min | holdout passages: SQuAD2 "
+             "F1 (answerable F1 / no-answer acc.) | holdout long answers: same | D-F1 on "
+             "human long answers [95% CI] | token F1 on answerable pairs [95% CI] | "
+             "abstained: answerable / absent | ms/question |",
+             "|---|---|---|---|---|---|---|---|---:|"]
     for name, m, h, _ in rows:
-        ho = h.get("holdout") or {}
-        hold = (f"{ho['overall_f1']:.3f} ({ho['answerable_f1']:.3f} / "
-                f"{ho['no_answer_accuracy']:.3f}), n={ho['answerable'] + ho['no_answer']}"
-                if ho else "–")
+        def _hold(ho: dict[str, Any] | None) -> str:
+            if not ho:
+                return "–"
+            return (f"{ho['overall_f1']:.3f} ({ho['answerable_f1']:.3f} / "
+                    f"{ho['no_answer_accuracy']:.3f}), n={ho['answerable']}+{ho['no_answer']}")
+        hold = f"{_hold(h.get('holdout'))} | {_hold(h.get('holdout_long'))}"
         lines.append(
             f"| `{name}` | {_sources_line(m)} | {m.get('steps')} ({m.get('epochs_done')}), "
             f"{m.get('train_s', 0) / 60:.1f} | {hold} | {_fmt(h['d_f1'])}, n={h['d_f1']['n']} "
@@ -423,12 +450,18 @@ def _side_by_side(result: dict[str, Any]) -> list[str]:
         f"(n={pd['answerable_f1']['n']} pairs); paired 95% bootstrap "
         f"({pd['d_f1']['method']}).",
         "",
-        "Holdout = the training-split validation set that decides the default reader: the "
-        "grounding-passage examples of the last 50 ASQA *training* questions, kept out of the "
-        "new reader's training (the old reader trained on those questions' long answers, never "
-        "their passages). ASQA dev is reported, never used to choose. ms/question were taken "
-        "on 2 CPU cores shared with other jobs, so they compare only roughly.",
+        "Holdout = the training-split validation sets: the last 50 ASQA *training* "
+        "questions, kept out of the new reader's training (the old reader trained on those "
+        "questions' long answers, never their passages, so the long-answer holdout favours "
+        "it). The default reader is chosen on the **holdout long answers** (what D-F1 reads): "
+        "a new reader goes first in `DEFAULT_READER_ORDER` "
+        "(ambiqa/evaluation/extractive.py) only when its SQuAD 2.0 F1 there is higher. ASQA "
+        "dev is reported, never used to choose. The passage holdout shows the other side: the "
+        "new reader abstains on most held-out passages (answerable F1 lower, no-answer "
+        "accuracy much higher). ms/question were taken on 2 CPU cores shared with other jobs "
+        "(the old reader's figure under heavier load, 1 thread), so they compare only roughly.",
         "",
+        *[line for note in result.get("notes") or [] for line in (note, "")],
         "Commands:",
         "",
         *[f"- `{name}`: `{cmd}`" for name, _, _, cmd in rows],
@@ -466,7 +499,10 @@ def render(result: dict[str, Any]) -> str:
         "alone filled the training budget, and mpnet is ~5x its size.",
         "",
         f"Command: `{result['command']}` (reader built with `{result['train_command']}`, "
-        "threshold by `ambiqa reader calibrate`).",
+        "threshold by `ambiqa reader calibrate"
+        + (" --long-answers-only" if (m.get("calibration") or {}).get("sources")
+           == "long answers" and (m.get("config") or {}).get("asqa_passages") else "")
+        + "`).",
         "",
         *_side_by_side(result),
         "## Upper-bound check: reading the annotators' own long answers (ASQA dev)",
@@ -536,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", default=None,
                    help="a second reader checkpoint read on the same questions and shown "
                         "beside the first, with paired differences (e.g. the previous one)")
+    p.add_argument("--note", action="append", default=[],
+                   help="a line about how the readers were made, shown under the side-by-side "
+                        "table (repeatable)")
     p.add_argument("--holdout", type=int, default=50,
                    help="training-split validation: the last N ASQA training questions' "
                         "grounding passages (0 = skip)")
@@ -546,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         result = json.loads(out.with_suffix(".json").read_text())
         result["agreement"] = agreement(result["runs"])
+        result["notes"] = args.note or result.get("notes") or []
         result["train_command"] = (result["manifest"].get("command")
                                    or _train_command(result["manifest"]))
         atomic_write_json(out.with_suffix(".json"), result)
@@ -566,12 +606,14 @@ def main(argv: list[str] | None = None) -> int:
     human = human_check_cached(reader, dev, args.dev, args.limit)
     if args.holdout:
         human["holdout"] = holdout_check_cached(reader, args.holdout)
+        human["holdout_long"] = holdout_long_answers_cached(reader, args.holdout)
     baseline = None
     if args.baseline:
         base_reader = ExtractiveReader(Path(args.baseline).expanduser())
         base_human = human_check_cached(base_reader, dev, args.dev, args.limit)
         if args.holdout:
             base_human["holdout"] = holdout_check_cached(base_reader, args.holdout)
+            base_human["holdout_long"] = holdout_long_answers_cached(base_reader, args.holdout)
         baseline = {"reader": base_reader.name, "reader_path": str(args.baseline),
                     "manifest": base_reader.manifest, "human": base_human,
                     "train_command": base_reader.manifest.get("command")
@@ -585,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     else "")
         + (f" --reader {args.reader}" if args.reader else "")
         + (f" --baseline {args.baseline}" if args.baseline else ""),
-        "baseline": baseline,
+        "baseline": baseline, "notes": args.note,
         "train_command": reader.manifest.get("command") or _train_command(reader.manifest),
         "human": human, "runs": runs, "agreement": agreement(runs),
         "paper_note": (

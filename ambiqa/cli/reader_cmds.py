@@ -56,6 +56,7 @@ def cmd_reader_calibrate(args: argparse.Namespace) -> int:
     manifest = calibrate_and_validate(path, dev=None if args.no_validate else args.dev,
                                       threads=args.threads, calibration_sample=args.sample,
                                       limit=(manifest_limit(path)),
+                                      long_answers_only=args.long_answers_only,
                                       log=lambda m: print(m, flush=True))
     print(f"{manifest['name']}: null threshold "
           f"{(manifest.get('calibration') or {}).get('null_threshold')}, validation "
@@ -80,8 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--dev", default="asqa:dev", help="validation data for the manifest")
     t.add_argument("--no-validate", action="store_true", help="skip validation")
     t.add_argument("--name", default="minilm-asqa",
-                   help="checkpoint name under $AMBIQA_CACHE/readers (default minilm-asqa, the "
-                        "reader D-F1 uses by default)")
+                   help="checkpoint name under $AMBIQA_CACHE/readers (default minilm-asqa; "
+                        "D-F1 uses the first finished of DEFAULT_READER_ORDER: "
+                        "minilm-asqa-v2, then minilm-asqa)")
     t.add_argument("--out", default=None, help="output directory (outside any git checkout)")
     t.add_argument("--base", default=None,
                    help="local encoder directory (default: packaged all-MiniLM-L6-v2)")
@@ -122,6 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("path", nargs="?", default=None,
                    help="checkpoint directory (default: the default reader in the cache)")
     c.add_argument("--sample", type=int, default=400, help="training examples to calibrate on")
+    c.add_argument("--long-answers-only", action="store_true",
+                   help="calibrate on long-answer examples only (what D-F1 reads), not on the "
+                        "extra passage sources")
     c.add_argument("--dev", default="asqa:dev")
     c.add_argument("--no-validate", action="store_true")
     c.add_argument("--threads", type=int, default=2)

@@ -262,6 +262,19 @@ def holdout_examples(cfg: TrainConfig) -> list[ReaderExample]:
     return build_passage_examples(records, seed=cfg.seed + 1)[0]
 
 
+def holdout_long_answer_examples(cfg: TrainConfig) -> list[ReaderExample]:
+    """The long-answer examples of the same held-out questions (what D-F1 reads), built as
+    for training, answer-sentence-removed negatives included. A reader trained without
+    ``holdout`` (v1) has seen these questions, which favours it in any comparison."""
+    from ambiqa.data.specs import load_dataset
+
+    if not cfg.holdout:
+        return []
+    records = list(load_dataset(cfg.train))[-cfg.holdout:]
+    return build_examples(records, removed_negatives=cfg.removed_negatives,
+                          seed=cfg.seed + 1)[0]
+
+
 def featurize(tokenizer: Any, examples: Sequence[ReaderExample], *, max_length: int,
               doc_stride: int, max_question_tokens: int) -> list[Window]:
     """Training windows with ``meta['start'/'end']`` labels (0 = the null span at [CLS]).
@@ -669,14 +682,16 @@ def calibrate_null_threshold(margins: Sequence[float], texts: Sequence[str],
 
 def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
                            threads: int = 2, calibration_sample: int = 400,
-                           limit: int | None = None,
+                           limit: int | None = None, long_answers_only: bool = False,
                            log: Callable[[str], None] = print) -> dict[str, Any]:
     """Calibrate the null threshold on training examples, then validate; rewrite the manifest.
 
     The SQuAD 2.0 recipe picks the threshold on held-out data; to keep evaluation data out,
     it is picked on a seeded sample of the *training* examples (built exactly as for training,
     no-answer examples included). A short training run leaves the null score poorly scaled,
-    and without this the reader abstains on answers it has found.
+    and without this the reader abstains on answers it has found. ``long_answers_only``
+    samples only the long-answer examples (what D-F1 reads), not the extra passage sources,
+    whose many no-answer examples push the threshold towards abstaining.
     """
     from ambiqa.data.specs import load_dataset
 
@@ -687,7 +702,9 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
     known = set(TrainConfig.__dataclass_fields__)
     tcfg = TrainConfig(**{k: v for k, v in cfg.items() if k in known})
     if calibration_sample > 0:
-        examples, _ = training_examples(tcfg, limit)
+        sample_cfg = (TrainConfig(**{**asdict(tcfg), "asqa_passages": False, "hotpotqa": ""})
+                      if long_answers_only else tcfg)
+        examples, _ = training_examples(sample_cfg, limit)
         sample = list(examples)
         random.Random(int(cfg.get("seed", 0)) + 17).shuffle(sample)
         sample = sample[:calibration_sample]
@@ -699,7 +716,10 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
             margins.append(best - null if text else float("-inf"))
             texts.append(text)
         cal = calibrate_null_threshold(margins, texts, sample)
-        manifest["calibration"] = {"data": cfg.get("train"), "n": len(sample), **cal}
+        manifest["calibration"] = {"data": cfg.get("train"), "n": len(sample),
+                                   "sources": "long answers" if long_answers_only
+                                   or not (tcfg.asqa_passages or tcfg.hotpotqa)
+                                   else "all training sources", **cal}
         reader.null_threshold = float(cal["null_threshold"])
         log(f"null threshold {cal['null_threshold']:.3f}: training-sample F1 "
             f"{cal['f1_at_threshold']} (at 0: {cal['f1_at_zero']})")

@@ -31,6 +31,7 @@ from ambiqa.evaluation.reader_training import (
     build_passage_examples,
     featurize,
     holdout_examples,
+    holdout_long_answer_examples,
     refuse_repo_output,
     remove_sentence,
     train_reader,
@@ -189,6 +190,9 @@ def test_training_sources_are_counted_and_hold_no_evaluation_data(shared_data) -
     assert not {e.qid.split("/")[0] for e in examples} & held_ids
     held = holdout_examples(cfg)
     assert held and {e.qid.split("/")[0] for e in held} <= held_ids
+    held_long = holdout_long_answer_examples(cfg)
+    assert held_long and {e.qid.split("/")[0] for e in held_long} <= held_ids
+    assert holdout_examples(TrainConfig()) == holdout_long_answer_examples(TrainConfig()) == []
     # no evaluation split's question appears among the training examples
     dev_questions = {p["question"] for r in load_dataset("asqa:dev") for p in r["qa_pairs"]}
     dev_questions |= {str(r["question"]) for r in load_dataset("hotpotqa:dev")}
