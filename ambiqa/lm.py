@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambiqa.envutil import env_int, env_seconds
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.fsutil import atomic_write_text
 from ambiqa.tracing import current_module, note_finish_reason, note_max_tokens, record_event
@@ -181,16 +182,7 @@ def prompt_cache_mib(model: str, tokens: int = PROMPT_CACHE_TOKENS) -> int:
 
 
 def _env_slots() -> int:
-    raw = os.environ.get("AMBIQA_SLOTS", "").strip()
-    if not raw:
-        return DEFAULT_SLOTS
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"$AMBIQA_SLOTS must be an integer, got {raw!r}") from exc
-    if value < 1:
-        raise ConfigError(f"$AMBIQA_SLOTS must be >= 1, got {value}")
-    return value
+    return env_int("AMBIQA_SLOTS", DEFAULT_SLOTS, minimum=1)
 
 
 @dataclass
@@ -398,15 +390,6 @@ class XLlamaEngine:
 # --------------------------------------------------------------------------------------------
 # Timeouts and retries around every engine
 # --------------------------------------------------------------------------------------------
-def _env_float(name: str, default: float | None) -> float | None:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"${name} must be a number of seconds, got {raw!r}") from exc
-    return value if value > 0 else None
 
 
 @dataclass(frozen=True)
@@ -466,7 +449,7 @@ class RetryPolicy:
         ``$AMBIQA_LM_RETRIES``."""
         kwargs = dict(defaults)
         if os.environ.get("AMBIQA_LM_TIMEOUT"):
-            kwargs["timeout_s"] = _env_float("AMBIQA_LM_TIMEOUT", None)
+            kwargs["timeout_s"] = env_seconds("AMBIQA_LM_TIMEOUT", None)
         raw = os.environ.get("AMBIQA_LM_RETRIES")
         if raw:
             try:
@@ -844,7 +827,7 @@ def make_lm(spec: str | None = None, *, api_base: str | None = None,
         name = spec.split(":", 1)[1] if ":" in spec else DEFAULT_MODEL
         if name == "small":
             name = FAST_MODEL
-        threads = threads or int(os.environ.get("AMBIQA_THREADS", "2"))
+        threads = threads or env_int("AMBIQA_THREADS", 2, minimum=1)
         return embedded_lm(EmbeddedSettings(model=name, n_threads=threads, n_ctx=n_ctx,
                                             max_tokens=max_tokens), cache=cache)
     if "/" not in spec:

@@ -9,10 +9,11 @@ and use the caller's LM.
 from __future__ import annotations
 
 import contextvars
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from ambiqa.envutil import env_int
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -23,7 +24,7 @@ def default_workers() -> int:
 
     The embedded model serializes requests anyway; an endpoint that batches (vLLM) gains.
     """
-    return max(1, int(os.environ.get("AMBIQA_PARALLEL", "4")))
+    return env_int("AMBIQA_PARALLEL", 4, minimum=1)
 
 
 def run_parallel(fn: Callable[[T], R], items: Sequence[T], max_workers: int | None = None,

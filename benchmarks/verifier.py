@@ -57,22 +57,15 @@ import dspy  # noqa: E402
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before DSPy loads)
 from ambiqa.evaluation.metrics import normalize_answer  # noqa: E402
 from ambiqa.fsutil import atomic_write_text  # noqa: E402
+from ambiqa.signatures.verification import VerifyInterpretation  # noqa: E402
 
 RESULTS = HERE / "results"
 DEFAULT_OUT = RESULTS / "verifier.jsonl"
 
 
-class LegacyVerifyInterpretation(dspy.Signature):
-    """Decide whether the numbered passages are enough to answer a specific question.
-
-    Say True only when at least one passage states the answer itself; passages that are
-    merely on the same topic, or that answer a different reading of the question, do not
-    count."""
-
-    interpretation: str = dspy.InputField(desc="one specific, unambiguous question")
-    passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
-    supported: bool = dspy.OutputField(
-        desc="True if the passages contain the answer, otherwise False")
+#: The bare-bool verifier Diva used before issue 12. The signature itself is unchanged in the
+#: library (the evaluation judge still uses it), so "before" is the library's own class, not a copy.
+LegacyVerifyInterpretation = VerifyInterpretation
 
 
 # ---- silver labels -----------------------------------------------------------------------

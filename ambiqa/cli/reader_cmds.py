@@ -25,7 +25,9 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(train=args.train, base=args.base or "", epochs=args.epochs,
                       max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
                       seed=args.seed, max_length=args.max_length, doc_stride=args.doc_stride,
-                      removed_negatives=args.removed_negatives)
+                      removed_negatives=args.removed_negatives,
+                      asqa_passages=args.asqa_passages, hotpotqa=args.hotpotqa or "",
+                      holdout=args.holdout)
     manifest = train_reader(out, config=cfg, dev=None if args.no_validate else args.dev,
                             limit=args.limit, threads=args.threads, save_every=args.save_every,
                             max_minutes=args.max_minutes, fresh=args.fresh,
@@ -54,6 +56,7 @@ def cmd_reader_calibrate(args: argparse.Namespace) -> int:
     manifest = calibrate_and_validate(path, dev=None if args.no_validate else args.dev,
                                       threads=args.threads, calibration_sample=args.sample,
                                       limit=(manifest_limit(path)),
+                                      long_answers_only=args.long_answers_only,
                                       log=lambda m: print(m, flush=True))
     print(f"{manifest['name']}: null threshold "
           f"{(manifest.get('calibration') or {}).get('null_threshold')}, validation "
@@ -78,8 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--dev", default="asqa:dev", help="validation data for the manifest")
     t.add_argument("--no-validate", action="store_true", help="skip validation")
     t.add_argument("--name", default="minilm-asqa",
-                   help="checkpoint name under $AMBIQA_CACHE/readers (default minilm-asqa, the "
-                        "reader D-F1 uses by default)")
+                   help="checkpoint name under $AMBIQA_CACHE/readers (default minilm-asqa; "
+                        "D-F1 uses the first finished of DEFAULT_READER_ORDER: "
+                        "minilm-asqa-v2, then minilm-asqa)")
     t.add_argument("--out", default=None, help="output directory (outside any git checkout)")
     t.add_argument("--base", default=None,
                    help="local encoder directory (default: packaged all-MiniLM-L6-v2)")
@@ -95,6 +99,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--removed-negatives", type=float, default=0.33,
                    help="share of answerable examples also used with the answer sentence "
                         "removed, as no-answer examples (0 = none)")
+    t.add_argument("--asqa-passages", action="store_true",
+                   help="add ASQA's grounding passages of the training questions as a source "
+                        "(passages with a pair's answer; a same-question passage without it "
+                        "as no-answer)")
+    t.add_argument("--hotpotqa", default=None, metavar="SPEC",
+                   help="add a HotpotQA training split as a source, e.g. hotpotqa:train "
+                        "(supporting paragraphs with the answer; a distractor as no-answer)")
+    t.add_argument("--holdout", type=int, default=0,
+                   help="keep the last N --train questions out of training: their grounding "
+                        "passages are the training-split validation set in the manifest")
     t.add_argument("--limit", type=int, default=None, help="use the first N training questions")
     t.add_argument("--threads", type=int, default=2, help="torch threads")
     t.add_argument("--save-every", type=int, default=25, help="steps between resumable saves")
@@ -110,6 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("path", nargs="?", default=None,
                    help="checkpoint directory (default: the default reader in the cache)")
     c.add_argument("--sample", type=int, default=400, help="training examples to calibrate on")
+    c.add_argument("--long-answers-only", action="store_true",
+                   help="calibrate on long-answer examples only (what D-F1 reads), not on the "
+                        "extra passage sources")
     c.add_argument("--dev", default="asqa:dev")
     c.add_argument("--no-validate", action="store_true")
     c.add_argument("--threads", type=int, default=2)

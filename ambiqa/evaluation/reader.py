@@ -7,7 +7,7 @@ model hub is reachable here, so three readers exist and every report names the o
 
 * :class:`~ambiqa.evaluation.extractive.ExtractiveReader` -- the default when it has been
   built: all-MiniLM-L6-v2 with a span head trained here on ASQA *training* long answers by
-  ``ambiqa reader train`` (``$AMBIQA_CACHE/readers/minilm-asqa``). Deterministic, no LM call,
+  ``ambiqa reader train`` (``$AMBIQA_CACHE/readers/minilm-asqa[-v2]``). Deterministic, no LM call,
   reads long contexts in strides. Name ``extractive:<checkpoint dir name>``.
 * :class:`HFQAReader` -- any other local extractive QA checkpoint directory (e.g. a
   RoBERTa-large SQuAD2 copy the user already has), run the way the ASQA scorer runs it: the
@@ -167,9 +167,10 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
     ``checkpoint``:
 
     * ``None`` or ``""`` -- the extractive reader in the cache
-      (``$AMBIQA_CACHE/readers/minilm-asqa``) when ``ambiqa reader train`` has finished it,
-      else the LM stand-in. A finished but corrupt default checkpoint is an error, never a
-      silent switch to another reader;
+      (:func:`~ambiqa.evaluation.extractive.default_reader_dir`: the first finished of
+      ``DEFAULT_READER_ORDER``, e.g. ``$AMBIQA_CACHE/readers/minilm-asqa-v2`` before
+      ``minilm-asqa``), else the LM stand-in. A finished but corrupt default checkpoint is
+      an error, never a silent switch to another reader;
     * ``"lm"`` -- the LM stand-in (:class:`LMReader`, with ``lm`` or the configured LM);
     * ``"extractive"`` / ``"extractive:NAME"`` -- a reader trained here, by name in the cache;
     * a directory -- a reader trained here (it has a ``reader_manifest.json``) or any local
@@ -189,7 +190,7 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
             return ex.ExtractiveReader(default)
         return LMReader(lm)
     if spec.lower() == "extractive" or spec.lower().startswith("extractive:"):
-        name = spec.partition(":")[2].strip() or ex.DEFAULT_READER_NAME
+        name = spec.partition(":")[2].strip() or ex.default_reader_dir().name
         path = Path(name).expanduser() if ("/" in name or name.startswith("~")) \
             else ex.readers_dir() / name
         return ex.ExtractiveReader(path)

@@ -120,6 +120,161 @@ def build_examples(records: Sequence[Any], *, removed_negatives: float = 0.0, se
     return out, counts
 
 
+def _field(rec: Any, key: str, default: Any = None) -> Any:
+    return rec.get(key, default) if isinstance(rec, dict) else getattr(rec, key, default)
+
+
+def build_passage_examples(records: Sequence[Any], *, negatives_per_pair: int = 1,
+                           seed: int = 0) -> tuple[list[ReaderExample], dict[str, int]]:
+    """Reader examples from ASQA's grounding passages (``gold_passages``: title, text).
+
+    For each disambiguated question, every passage of its ASQA question that contains one of
+    the pair's short answers (alias match, as for long answers) is an answerable example; of
+    the passages of the same question that contain none of the pair's answers, up to
+    ``negatives_per_pair`` (seeded choice) become no-answer examples. These negatives share the
+    question's topic, so they teach the reader to abstain on a relevant text that does not
+    answer *this* interpretation -- the case D-F1 meets in system long answers.
+    Counts: ``answerable``, ``no_answer``, ``pairs`` (pairs with at least one example).
+    """
+    out: list[ReaderExample] = []
+    counts = {"questions": 0, "passages": 0, "pairs": 0, "answerable": 0, "no_answer": 0}
+    rng = random.Random(seed)
+    for n, rec in enumerate(records):
+        rid = str(_field(rec, "id") or n)
+        passages = [str(p.get("text") or "") for p in (_field(rec, "gold_passages") or [])
+                    if isinstance(p, dict) and str(p.get("text") or "").strip()]
+        counts["questions"] += 1
+        counts["passages"] += len(passages)
+        for k, pair in enumerate(_field(rec, "qa_pairs") or []):
+            question = str(pair.get("question") or "").strip()
+            aliases = [str(x) for x in (pair.get("short_answers") or []) if str(x).strip()]
+            if not question or not aliases:
+                continue
+            misses = []
+            made = 0
+            for j, text in enumerate(passages):
+                span = locate_answer(text, aliases)
+                if span is None:
+                    misses.append((j, text))
+                    continue
+                made += 1
+                counts["answerable"] += 1
+                out.append(ReaderExample(f"{rid}/passage{j}/{k}", question, text,
+                                         text[span[0]:span[1]], span[0], aliases))
+            for j, text in rng.sample(misses, min(negatives_per_pair, len(misses))):
+                made += 1
+                counts["no_answer"] += 1
+                out.append(ReaderExample(f"{rid}/passage{j}/{k}/none", question, text, "",
+                                         None, aliases))
+            counts["pairs"] += made > 0
+    return out, counts
+
+
+def build_hotpot_examples(records: Sequence[Any], *, seed: int = 0
+                          ) -> tuple[list[ReaderExample], dict[str, int]]:
+    """Reader examples from HotpotQA records (``contexts``: title, text, is_supporting).
+
+    Each supporting paragraph that contains the answer is an answerable example; one seeded
+    distractor paragraph (not supporting, no answer in it) per question is a no-answer example.
+    Yes/no questions are skipped: their answer is not a span. Counts: ``answerable``,
+    ``no_answer``, ``skipped_yes_no``.
+    """
+    out: list[ReaderExample] = []
+    counts = {"questions": 0, "answerable": 0, "no_answer": 0, "skipped_yes_no": 0}
+    rng = random.Random(seed)
+    for n, rec in enumerate(records):
+        rid = str(_field(rec, "id") or n)
+        question = str(_field(rec, "question") or "").strip()
+        answer = str(_field(rec, "answer") or "").strip()
+        counts["questions"] += 1
+        if answer.lower() in {"yes", "no"}:
+            counts["skipped_yes_no"] += 1
+            continue
+        if not question or not answer:
+            continue
+        paras = [p for p in (_field(rec, "contexts") or []) if isinstance(p, dict)
+                 and str(p.get("text") or "").strip()]
+        distractors = []
+        for j, para in enumerate(paras):
+            text = str(para["text"])
+            span = locate_answer(text, [answer])
+            if para.get("is_supporting") and span is not None:
+                counts["answerable"] += 1
+                out.append(ReaderExample(f"{rid}/{j}", question, text,
+                                         text[span[0]:span[1]], span[0], [answer]))
+            elif not para.get("is_supporting") and span is None:
+                distractors.append((j, text))
+        if distractors:
+            j, text = rng.choice(distractors)
+            counts["no_answer"] += 1
+            out.append(ReaderExample(f"{rid}/{j}/none", question, text, "", None, [answer]))
+    return out, counts
+
+
+def training_examples(cfg: TrainConfig, limit: int | None = None
+                      ) -> tuple[list[ReaderExample], dict[str, Any]]:
+    """All training examples ``cfg`` asks for, and counts per source.
+
+    Sources: ``long_answers`` (always, from ``cfg.train``), ``asqa_passages`` (if
+    ``cfg.asqa_passages``: the grounding passages of the same training questions) and
+    ``hotpotqa`` (if ``cfg.hotpotqa`` names a HotpotQA training split). The last
+    ``cfg.holdout`` questions of ``cfg.train`` are left out of every source: they are the
+    training-split validation set (:func:`holdout_examples`). Every split must be a training
+    split; evaluation data is refused.
+    """
+    from ambiqa.data.specs import is_training_split, load_dataset
+
+    for spec in (cfg.train, cfg.hotpotqa):
+        if spec and not is_training_split(spec):
+            raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
+                              hint="use training splits, e.g. asqa:train, hotpotqa:train")
+    records = list(load_dataset(cfg.train))
+    if limit:
+        records = records[:limit]
+    if cfg.holdout:
+        records = records[:-cfg.holdout] if cfg.holdout < len(records) else []
+    examples, counts = build_examples(records, removed_negatives=cfg.removed_negatives,
+                                      seed=cfg.seed)
+    per_source: dict[str, Any] = {**counts, "long_answers_source": dict(counts)}
+    if cfg.asqa_passages:
+        extra, c = build_passage_examples(records, seed=cfg.seed)
+        examples += extra
+        per_source["asqa_passages"] = c
+    if cfg.hotpotqa:
+        hot = list(load_dataset(cfg.hotpotqa))
+        if limit:
+            hot = hot[:limit]
+        extra, c = build_hotpot_examples(hot, seed=cfg.seed)
+        examples += extra
+        per_source["hotpotqa"] = c
+    return examples, per_source
+
+
+def holdout_examples(cfg: TrainConfig) -> list[ReaderExample]:
+    """The training-split validation examples: the grounding-passage examples of the last
+    ``cfg.holdout`` questions of ``cfg.train`` (never trained on by a reader that set
+    ``holdout``). Used to choose the default reader without touching evaluation data."""
+    from ambiqa.data.specs import load_dataset
+
+    if not cfg.holdout:
+        return []
+    records = list(load_dataset(cfg.train))[-cfg.holdout:]
+    return build_passage_examples(records, seed=cfg.seed + 1)[0]
+
+
+def holdout_long_answer_examples(cfg: TrainConfig) -> list[ReaderExample]:
+    """The long-answer examples of the same held-out questions (what D-F1 reads), built as
+    for training, answer-sentence-removed negatives included. A reader trained without
+    ``holdout`` (v1) has seen these questions, which favours it in any comparison."""
+    from ambiqa.data.specs import load_dataset
+
+    if not cfg.holdout:
+        return []
+    records = list(load_dataset(cfg.train))[-cfg.holdout:]
+    return build_examples(records, removed_negatives=cfg.removed_negatives,
+                          seed=cfg.seed + 1)[0]
+
+
 def featurize(tokenizer: Any, examples: Sequence[ReaderExample], *, max_length: int,
               doc_stride: int, max_question_tokens: int) -> list[Window]:
     """Training windows with ``meta['start'/'end']`` labels (0 = the null span at [CLS]).
@@ -200,6 +355,9 @@ class TrainConfig:
     removed_negatives: float = 0.33
     freeze_embeddings: bool = True  # word embeddings stay as pretrained: a third of the
     # weights, most of the optimizer's CPU time, and ~1.7k examples cannot improve them
+    asqa_passages: bool = False  # add ASQA's grounding passages as a source
+    hotpotqa: str = ""  # a HotpotQA training split to add as a source ("" = none)
+    holdout: int = 0  # last N questions of `train` kept out as training-split validation
 
 
 def _save_state(work: Path, model: Any, optim: Any, progress: dict[str, Any]) -> None:
@@ -309,6 +467,10 @@ def validate(reader: ExtractiveReader, dev: Sequence[Any], *,
                                           / max(1, len(ans)), 4),
             "no_answer_accuracy": round(sum(not preds[e.qid] for e in noans)
                                         / max(1, len(noans)), 4),
+            # SQuAD 2.0 F1 over all examples: a no-answer example scores 1 when abstained on
+            "overall_f1": round((sum(token_f1(preds[e.qid], e.aliases) for e in ans)
+                                 + sum(not preds[e.qid] for e in noans))
+                                / max(1, len(examples)), 4),
         }
     return out
 
@@ -325,11 +487,12 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
     actually taken and says the schedule was cut); ``fresh`` discards an earlier partial run.
     """
     cfg = config or TrainConfig()
-    from ambiqa.data.specs import is_training_split, load_dataset
+    from ambiqa.data.specs import is_training_split
 
-    if not is_training_split(cfg.train):
-        raise ConfigError(f"refusing to train the reader on evaluation data '{cfg.train}'",
-                          hint="use a training split, e.g. --train asqa:train")
+    for spec in (cfg.train, cfg.hotpotqa):
+        if spec and not is_training_split(spec):
+            raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
+                              hint="use training splits, e.g. --train asqa:train")
     out = Path(out_dir).expanduser() if out_dir is not None else default_reader_dir()
     refuse_repo_output(out)
     if (out / MANIFEST_NAME).is_file() and not fresh and not (out / "work").exists():
@@ -352,11 +515,7 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
     from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(max(1, threads))
-    records = load_dataset(cfg.train)
-    if limit:
-        records = records[:limit]
-    examples, counts = build_examples(records, removed_negatives=cfg.removed_negatives,
-                                     seed=cfg.seed)
+    examples, counts = training_examples(cfg, limit)
     if not examples:
         raise ConfigError(f"no reader examples in '{cfg.train}' (no qa_pairs with short "
                           "answers and long answers)")
@@ -364,6 +523,10 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
         f"{counts['no_answer']} no-answer, {counts['no_answer_removed']} no-answer with the "
         f"answer sentence removed ({counts['questions']} questions, "
         f"{counts['long_answers']} long answers)")
+    for source in ("asqa_passages", "hotpotqa"):
+        if source in counts:
+            log(f"reader examples from {source}: {counts[source]['answerable']} answerable, "
+                f"{counts[source]['no_answer']} no-answer")
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     feats = featurize(tokenizer, examples, max_length=cfg.max_length,
                       doc_stride=cfg.doc_stride, max_question_tokens=cfg.max_question_tokens)
@@ -470,7 +633,10 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
         "base_model": cfg.base,
         "data": {"train": cfg.train, "limit": limit, "source": "long answers of the "
                  "annotators x disambiguated questions (qa_pairs); spans by alias match on "
-                 "SQuAD-normalised text"},
+                 "SQuAD-normalised text"
+                 + ("; + ASQA training grounding passages" if cfg.asqa_passages else "")
+                 + (f"; + {cfg.hotpotqa} paragraphs" if cfg.hotpotqa else ""),
+                 "holdout_questions": cfg.holdout},
         "examples": {**counts, "windows": n_feats},
         "config": asdict(cfg),
         "steps": step, "planned_steps": total, "steps_per_epoch": steps_per_epoch,
@@ -516,14 +682,16 @@ def calibrate_null_threshold(margins: Sequence[float], texts: Sequence[str],
 
 def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
                            threads: int = 2, calibration_sample: int = 400,
-                           limit: int | None = None,
+                           limit: int | None = None, long_answers_only: bool = False,
                            log: Callable[[str], None] = print) -> dict[str, Any]:
     """Calibrate the null threshold on training examples, then validate; rewrite the manifest.
 
     The SQuAD 2.0 recipe picks the threshold on held-out data; to keep evaluation data out,
     it is picked on a seeded sample of the *training* examples (built exactly as for training,
     no-answer examples included). A short training run leaves the null score poorly scaled,
-    and without this the reader abstains on answers it has found.
+    and without this the reader abstains on answers it has found. ``long_answers_only``
+    samples only the long-answer examples (what D-F1 reads), not the extra passage sources,
+    whose many no-answer examples push the threshold towards abstaining.
     """
     from ambiqa.data.specs import load_dataset
 
@@ -531,12 +699,12 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
     reader = ExtractiveReader(out, threads=threads)
     manifest = dict(reader.manifest)
     cfg = manifest.get("config") or {}
+    known = set(TrainConfig.__dataclass_fields__)
+    tcfg = TrainConfig(**{k: v for k, v in cfg.items() if k in known})
     if calibration_sample > 0:
-        records = load_dataset(cfg.get("train", "asqa:train"))
-        if limit:
-            records = records[:limit]
-        examples, _ = build_examples(records, removed_negatives=float(
-            cfg.get("removed_negatives", 0.0)), seed=int(cfg.get("seed", 0)))
+        sample_cfg = (TrainConfig(**{**asdict(tcfg), "asqa_passages": False, "hotpotqa": ""})
+                      if long_answers_only else tcfg)
+        examples, _ = training_examples(sample_cfg, limit)
         sample = list(examples)
         random.Random(int(cfg.get("seed", 0)) + 17).shuffle(sample)
         sample = sample[:calibration_sample]
@@ -548,10 +716,21 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
             margins.append(best - null if text else float("-inf"))
             texts.append(text)
         cal = calibrate_null_threshold(margins, texts, sample)
-        manifest["calibration"] = {"data": cfg.get("train"), "n": len(sample), **cal}
+        manifest["calibration"] = {"data": cfg.get("train"), "n": len(sample),
+                                   "sources": "long answers" if long_answers_only
+                                   or not (tcfg.asqa_passages or tcfg.hotpotqa)
+                                   else "all training sources", **cal}
         reader.null_threshold = float(cal["null_threshold"])
         log(f"null threshold {cal['null_threshold']:.3f}: training-sample F1 "
             f"{cal['f1_at_threshold']} (at 0: {cal['f1_at_zero']})")
+    held = holdout_examples(tcfg)
+    if held:
+        log(f"validating on {len(held)} held-out training examples (grounding passages of "
+            f"the last {tcfg.holdout} {tcfg.train} questions)…")
+        scores = validate(reader, [], examples=held)
+        manifest["holdout_validation"] = {"data": f"{tcfg.train} passages, last "
+                                                  f"{tcfg.holdout} questions",
+                                          **scores["squad"]}
     if dev:
         dev_records = load_dataset(dev)
         dev_examples, dev_counts = build_examples(dev_records)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Iterator
 
 from pydantic import BaseModel, Field
 
+from ambiqa.envutil import env_int
 from ambiqa.errors import ConfigError
 
 
@@ -91,13 +91,7 @@ _BUDGET: contextvars.ContextVar[int | None | str] = contextvars.ContextVar(
 
 
 def _env_budget() -> int | None:
-    raw = os.environ.get("AMBIQA_PASSAGE_WORDS", "").strip()
-    if not raw:
-        return DEFAULT_PASSAGE_WORDS
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"$AMBIQA_PASSAGE_WORDS must be an integer, got {raw!r}") from exc
+    value = env_int("AMBIQA_PASSAGE_WORDS", DEFAULT_PASSAGE_WORDS)
     return value if value > 0 else None
 
 

@@ -27,10 +27,15 @@ from ambiqa.evaluation.reader_training import (
     ReaderExample,
     TrainConfig,
     build_examples,
+    build_hotpot_examples,
+    build_passage_examples,
     featurize,
+    holdout_examples,
+    holdout_long_answer_examples,
     refuse_repo_output,
     remove_sentence,
     train_reader,
+    training_examples,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -108,6 +113,93 @@ def test_build_examples_removed_negatives() -> None:
     # q1's answer sentence goes ("It was popular." is left); q2's contexts are one sentence
     assert counts["no_answer_removed"] == len(removed) == 1
     assert removed[0].context == "It was popular." and removed[0].answer_start is None
+
+
+PASSAGE_RECORDS = [
+    {"id": "q1", "qa_pairs": [
+        {"question": "When did episode 41 air?", "short_answers": ["April 28, 2017"]},
+        {"question": "When did episode 42 air?", "short_answers": ["May 24, 2017", "May 24"]},
+        {"question": "Who directed it?", "short_answers": ["Nobody Known"]}],
+     "gold_passages": [
+        {"title": "Bunk'd", "text": "Episode 41 aired on April 28, 2017 on Disney."},
+        {"title": "Bunk'd (season 2)", "text": "The season ended in May. Episode 42: May 24."},
+        {"title": "Camp", "text": "A summer camp is a supervised program."},
+        {"title": "Empty", "text": "   "}]},
+]
+
+
+def _check_spans(examples: list[ReaderExample]) -> None:
+    for e in examples:
+        if e.answer_start is not None:
+            assert e.context[e.answer_start:e.answer_start + len(e.answer)] == e.answer
+        else:
+            assert e.answer == "" and locate_answer(e.context, e.aliases) is None
+
+
+def test_build_passage_examples_spans_counts_and_negatives() -> None:
+    examples, counts = build_passage_examples(PASSAGE_RECORDS, negatives_per_pair=1)
+    _check_spans(examples)
+    ans = [e for e in examples if e.answer_start is not None]
+    assert [(e.question, e.answer) for e in ans] == [
+        ("When did episode 41 air?", "April 28, 2017"), ("When did episode 42 air?", "May 24")]
+    # one same-question negative per pair (3 pairs), never a passage holding that pair's answer
+    noans = [e for e in examples if e.answer_start is None]
+    assert len(noans) == 3
+    assert counts == {"questions": 1, "passages": 3, "pairs": 3, "answerable": 2,
+                      "no_answer": 3}
+    # more negatives asked for than passages without the answer: capped
+    _, c2 = build_passage_examples(PASSAGE_RECORDS, negatives_per_pair=5)
+    assert c2["no_answer"] == 2 + 2 + 3
+
+
+def test_build_hotpot_examples_supporting_and_distractor() -> None:
+    records = [
+        {"id": "h1", "question": "Which band sang it?", "answer": "The Beatles", "contexts": [
+            {"title": "Song", "text": "It was recorded by the Beatles in 1965.",
+             "is_supporting": True},
+            {"title": "Studio", "text": "Abbey Road is a studio in London.",
+             "is_supporting": True},
+            {"title": "Other", "text": "The Rolling Stones were a band.",
+             "is_supporting": False},
+            {"title": "Leak", "text": "The Beatles also appear here.", "is_supporting": False}]},
+        {"id": "h2", "question": "Are both American?", "answer": "yes", "contexts": [
+            {"title": "A", "text": "yes, it is", "is_supporting": True}]},
+    ]
+    examples, counts = build_hotpot_examples(records)
+    _check_spans(examples)
+    assert counts == {"questions": 2, "answerable": 1, "no_answer": 1, "skipped_yes_no": 1}
+    assert [e.answer for e in examples] == ["Beatles", ""]
+    # the distractor is the one without the answer, never the supporting or the leaking one
+    assert examples[1].context == "The Rolling Stones were a band."
+
+
+def test_training_sources_are_counted_and_hold_no_evaluation_data(shared_data) -> None:
+    from ambiqa.data.specs import load_dataset
+
+    cfg = TrainConfig(asqa_passages=True, hotpotqa="hotpotqa:train", holdout=5)
+    examples, counts = training_examples(cfg, limit=20)
+    assert set(counts) >= {"long_answers_source", "asqa_passages", "hotpotqa"}
+    total = sum(counts[s]["answerable"] + counts[s]["no_answer"]
+                for s in ("asqa_passages", "hotpotqa"))
+    base = counts["answerable"] + counts["no_answer"] + counts["no_answer_removed"]
+    assert len(examples) == base + total and counts["asqa_passages"]["answerable"] > 0
+    _check_spans(examples)
+    # the held-out questions (last 5 of the 20) are in no source; they are the validation set
+    train_ids = [str(r["id"]) for r in load_dataset("asqa:train")]
+    held_ids = set(train_ids[-5:])
+    assert not {e.qid.split("/")[0] for e in examples} & held_ids
+    held = holdout_examples(cfg)
+    assert held and {e.qid.split("/")[0] for e in held} <= held_ids
+    held_long = holdout_long_answer_examples(cfg)
+    assert held_long and {e.qid.split("/")[0] for e in held_long} <= held_ids
+    assert holdout_examples(TrainConfig()) == holdout_long_answer_examples(TrainConfig()) == []
+    # no evaluation split's question appears among the training examples
+    dev_questions = {p["question"] for r in load_dataset("asqa:dev") for p in r["qa_pairs"]}
+    dev_questions |= {str(r["question"]) for r in load_dataset("hotpotqa:dev")}
+    assert not {e.question for e in examples} & dev_questions
+    for bad in (dict(train="asqa:dev"), dict(hotpotqa="hotpotqa:dev")):
+        with pytest.raises(ConfigError, match="evaluation data"):
+            training_examples(TrainConfig(**bad), limit=2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,6 +408,26 @@ def test_default_reader_selection(tiny_reader, tmp_path, monkeypatch) -> None:
     (tmp_path / "readers" / "minilm-asqa" / WEIGHTS_NAME).write_bytes(b"broken")
     with pytest.raises(ModelError, match="corrupt reader checkpoint"):
         make_reader(None)
+
+
+def test_default_reader_is_the_first_finished_in_the_order(tiny_reader, tmp_path,
+                                                          monkeypatch) -> None:
+    from ambiqa.evaluation import extractive as ex
+    from ambiqa.evaluation.reader import make_reader
+
+    out, _ = tiny_reader
+    monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path))
+    monkeypatch.setattr(ex, "DEFAULT_READER_ORDER", ("better", "minilm-asqa"))
+    assert ex.default_reader_dir() == tmp_path / "readers" / "minilm-asqa"  # nothing built
+    shutil.copytree(out, tmp_path / "readers" / "minilm-asqa")
+    (tmp_path / "readers" / "better").mkdir()  # unfinished (no manifest): not chosen
+    assert make_reader(None).name == "extractive:minilm-asqa"
+    shutil.rmtree(tmp_path / "readers" / "better")
+    shutil.copytree(out, tmp_path / "readers" / "better")
+    assert make_reader(None).name == "extractive:better"
+    assert make_reader("extractive").name == "extractive:better"
+    assert make_reader("extractive:minilm-asqa").name == "extractive:minilm-asqa"
+    assert ex.DEFAULT_READER_NAME in ex.DEFAULT_READER_ORDER  # the build default is a fallback
 
 
 def test_d_f1_with_the_extractive_reader_makes_no_lm_call(tiny_reader) -> None:
