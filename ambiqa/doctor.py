@@ -216,15 +216,15 @@ def check_index(index_dir: Path, corpus: str | Path | None = None) -> str:
 def _check_colbert_index(index_dir: Path, corpus: str | Path | None) -> str:
     from ambiqa.retrieval.checkpoint import checkpoint_info
     from ambiqa.retrieval.colbert import (
-        _read_collection,
         check_colbert_files,
         check_corpus,
+        read_collection,
         read_manifest,
     )
 
     manifest = read_manifest(index_dir)
     check_colbert_files(index_dir, manifest["n_passages"])
-    _read_collection(index_dir, manifest)
+    read_collection(index_dir, manifest)
     ckpt = manifest["checkpoint"]
     detail = f"colbert, {manifest['n_passages']:,} passages, checkpoint {ckpt['id']}"
     if Path(ckpt["path"]).is_dir():

@@ -362,7 +362,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
     if done >= steps and resume_from is not None:
         return _finish(resume_from, out_dir, settings, data, state or {})
 
-    from ambiqa.retrieval.colbert import _captured_output, import_colbert
+    from ambiqa.retrieval.colbert import captured_output, import_colbert
 
     import_colbert()
     if threads:
@@ -427,7 +427,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
 
     log_path = work / TRAIN_LOG
     try:
-        with _captured_output(log_path) as terminal, \
+        with captured_output(log_path) as terminal, \
                 _patched_training(hook, record_scores, resume_from):
             bar.start(terminal)
             try:
