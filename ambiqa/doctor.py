@@ -100,7 +100,7 @@ def _extensions() -> str:
     """The torch extension cache: writable, no stale build locks, which extensions are built."""
     import os
 
-    from ambiqa.lm import cache_root
+    from ambiqa.paths import cache_root
 
     d = Path(os.environ.get("TORCH_EXTENSIONS_DIR", cache_root() / "torch_extensions"))
     d.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,8 @@ def _extensions() -> str:
 # ---- models --------------------------------------------------------------------------------
 def _model(name: str) -> Callable[[], str]:
     def check() -> str:
-        from ambiqa.lm import EMBEDDED_MODELS, cache_root
+        from ambiqa.lm import EMBEDDED_MODELS
+        from ambiqa.paths import cache_root
 
         spec = EMBEDDED_MODELS[name]
         spec.part_paths()  # raises ModelError naming the missing part

@@ -60,6 +60,7 @@ def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) ->
     import shutil
 
     from ambiqa.data.corpus import load_corpus
+    from ambiqa.fsutil import swap_dir_into_place
     from ambiqa.retrieval.factory import check_index_name, index_root
 
     check_index_name(name)
@@ -73,12 +74,7 @@ def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) ->
         else:
             from ambiqa.retrieval.dense import DenseRetriever as cls
         retriever = cls.build(passages, tmp)
-        target = base / name
-        old = base / f"{name}.old-{secrets.token_hex(4)}"
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_dir_into_place(tmp, base / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return retriever

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
-from ambiqa.fsutil import atomic_write_json, sha256_file
+from ambiqa.fsutil import atomic_write_json, sha256_file, swap_dir_into_place
 from ambiqa.retrieval.checkpoint import (
     _RUN_KEYS,
     INFO_FILE,
@@ -494,11 +494,7 @@ def _finish(last: Path, out_dir: Path, settings: dict[str, Any], data: TrainingD
         "triples": data.stats,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}})
     atomic_write_json(tmp / INFO_FILE, info)
-    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    swap_dir_into_place(tmp, out_dir)
     log.info("trained ColBERT checkpoint at %s", out_dir)
     return out_dir
 

@@ -51,7 +51,7 @@ def import_colbert() -> None:
     with _IMPORT_LOCK:
         if _IMPORTED:
             return
-        from ambiqa.lm import cache_root
+        from ambiqa.paths import cache_root
 
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_root() / "torch_extensions"))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
