@@ -100,7 +100,7 @@ def _extensions() -> str:
     """The torch extension cache: writable, no stale build locks, which extensions are built."""
     import os
 
-    from ambiqa.lm import cache_root
+    from ambiqa.paths import cache_root
 
     d = Path(os.environ.get("TORCH_EXTENSIONS_DIR", cache_root() / "torch_extensions"))
     d.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,8 @@ def _extensions() -> str:
 # ---- models --------------------------------------------------------------------------------
 def _model(name: str) -> Callable[[], str]:
     def check() -> str:
-        from ambiqa.lm import EMBEDDED_MODELS, cache_root
+        from ambiqa.lm import EMBEDDED_MODELS
+        from ambiqa.paths import cache_root
 
         spec = EMBEDDED_MODELS[name]
         spec.part_paths()  # raises ModelError naming the missing part
@@ -216,15 +217,15 @@ def check_index(index_dir: Path, corpus: str | Path | None = None) -> str:
 def _check_colbert_index(index_dir: Path, corpus: str | Path | None) -> str:
     from ambiqa.retrieval.checkpoint import checkpoint_info
     from ambiqa.retrieval.colbert import (
-        _read_collection,
         check_colbert_files,
         check_corpus,
+        read_collection,
         read_manifest,
     )
 
     manifest = read_manifest(index_dir)
     check_colbert_files(index_dir, manifest["n_passages"])
-    _read_collection(index_dir, manifest)
+    read_collection(index_dir, manifest)
     ckpt = manifest["checkpoint"]
     detail = f"colbert, {manifest['n_passages']:,} passages, checkpoint {ckpt['id']}"
     if Path(ckpt["path"]).is_dir():

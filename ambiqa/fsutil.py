@@ -2,7 +2,9 @@
 
 A write goes to a temporary file in the target's directory, is flushed to disk, and is then
 renamed over the target, so a reader (or a run resumed after a kill) sees the old file or the
-new one, never a half-written one. A failed write removes its temporary file.
+new one, never a half-written one. A failed write removes its temporary file. Directories
+(indexes, checkpoints) are built beside their target and swapped in with
+:func:`swap_dir_into_place`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -50,3 +54,24 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def swap_dir_into_place(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Rename the finished directory ``tmp`` to ``target``, replacing an older one only at the end.
+
+    An existing ``target`` is first renamed aside (``<name>.old-<pid>-<random>``) and deleted
+    once ``tmp`` is in place; if the final rename fails the old directory is put back.
+    """
+    tmp, target = Path(tmp), Path(target)
+    old: Path | None = None
+    if target.exists():
+        old = target.with_name(f"{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if old is not None:
+            os.rename(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from ambiqa.errors import ConfigError
 
@@ -26,9 +27,26 @@ def cmd_index(args: argparse.Namespace) -> int:
                             checkpoint=Path(args.checkpoint) if args.checkpoint else None,
                             progress=True, nranks=args.nranks,
                             kmeans_share=args.kmeans_share, shards=args.shards)
+    if args.shards == 1:
+        _print_build_summary(retriever)
     print(f"index {args.name!r} ready ({retriever.fingerprint}) in "
           f"{time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _print_build_summary(retriever: Any) -> None:
+    """One line on stderr: passages, where, how long, size on disk and the checkpoint."""
+    from rich.console import Console
+
+    from ambiqa.retrieval.colbert.progress import fmt_seconds
+
+    m = retriever.manifest
+    index_dir: Path = retriever.index_dir
+    size = sum(f.stat().st_size for f in index_dir.iterdir() if f.is_file())
+    Console(stderr=True).print(
+        f"[green]indexed[/] {m['n_passages']:,} passages into {index_dir} in "
+        f"{fmt_seconds(m['build_seconds'])} ({size / 2**20:.1f} MiB, checkpoint "
+        f"{m['checkpoint']['id']}, {m['checkpoint']['kind']})")
 
 
 def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) -> object:
@@ -42,6 +60,7 @@ def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) ->
     import shutil
 
     from ambiqa.data.corpus import load_corpus
+    from ambiqa.fsutil import swap_dir_into_place
     from ambiqa.retrieval.factory import check_index_name, index_root
 
     check_index_name(name)
@@ -55,12 +74,7 @@ def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) ->
         else:
             from ambiqa.retrieval.dense import DenseRetriever as cls
         retriever = cls.build(passages, tmp)
-        target = base / name
-        old = base / f"{name}.old-{secrets.token_hex(4)}"
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_dir_into_place(tmp, base / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return retriever

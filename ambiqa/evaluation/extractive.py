@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ModelError
+from ambiqa.paths import cache_root
 from ambiqa.tracing import record_compute
 from ambiqa.types import SharedResource
 
@@ -50,11 +51,6 @@ MANIFEST_FORMAT = "ambiqa-extractive-reader/1"
 _ARTICLES = frozenset({"a", "an", "the"})
 _PUNCT = frozenset(string.punctuation)
 _WORD = re.compile(r"\S+")
-
-
-def cache_root() -> Path:
-    """``$AMBIQA_CACHE`` (default ``~/.cache/ambiqa``)."""
-    return Path(os.environ.get("AMBIQA_CACHE", Path.home() / ".cache" / "ambiqa")).expanduser()
 
 
 def readers_dir() -> Path:

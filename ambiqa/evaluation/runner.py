@@ -24,7 +24,6 @@ At the end the run directory gets ``summary.json``, ``report.md`` and plots
 
 from __future__ import annotations
 
-import contextvars
 import errno
 import json
 import math
@@ -39,6 +38,7 @@ from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json
+from ambiqa.parallel import call_with_deadline
 from ambiqa.tracing import track
 
 MetricFn = Callable[[Any, Any], float]
@@ -105,26 +105,9 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
     and the caller's cost trace apply inside it. On timeout the thread is abandoned, not
     killed (Python cannot kill threads): whatever it records later is ignored.
     """
-    if not timeout_s:
-        return fn()
-    ctx = contextvars.copy_context()
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = ctx.run(fn)
-        except BaseException as exc:  # handed to the caller below
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=target, daemon=True, name="ambiqa-example").start()
-    if not done.wait(timeout_s):
-        raise ExampleTimeout(f"no result after {timeout_s:g} s (abandoned)")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return call_with_deadline(
+        fn, timeout_s, error=lambda t: ExampleTimeout(f"no result after {t:g} s (abandoned)"),
+        thread_name="ambiqa-example")
 
 
 def example_id(example: Any, index: int) -> str:

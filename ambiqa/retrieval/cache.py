@@ -38,7 +38,7 @@ FORMAT = 1
 
 
 def default_cache_root() -> Path:
-    from ambiqa.lm import cache_root
+    from ambiqa.paths import cache_root
 
     return cache_root() / "retrieval-cache"
 

@@ -59,7 +59,7 @@ _BUILD_LOCK = threading.Lock()
 
 def default_cache_dir() -> Path:
     """``$AMBIQA_CACHE/colbert``: where built checkpoints live."""
-    from ambiqa.lm import cache_root
+    from ambiqa.paths import cache_root
 
     return cache_root() / "colbert"
 

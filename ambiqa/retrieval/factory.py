@@ -13,14 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.paths import index_root
 
 _INDEX_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-
-def index_root() -> Path:
-    from ambiqa.lm import cache_root
-
-    return Path(os.environ.get("AMBIQA_INDEX_ROOT", cache_root() / "indexes")).expanduser()
 
 
 CACHE_ENV = "AMBIQA_RETRIEVAL_CACHE"

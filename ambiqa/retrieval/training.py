@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
-from ambiqa.fsutil import atomic_write_json, sha256_file
+from ambiqa.fsutil import atomic_write_json, sha256_file, swap_dir_into_place
 from ambiqa.retrieval.checkpoint import (
     _RUN_KEYS,
     INFO_FILE,
@@ -362,7 +362,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
     if done >= steps and resume_from is not None:
         return _finish(resume_from, out_dir, settings, data, state or {})
 
-    from ambiqa.retrieval.colbert import _captured_output, import_colbert
+    from ambiqa.retrieval.colbert import captured_output, import_colbert
 
     import_colbert()
     if threads:
@@ -427,7 +427,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
 
     log_path = work / TRAIN_LOG
     try:
-        with _captured_output(log_path) as terminal, \
+        with captured_output(log_path) as terminal, \
                 _patched_training(hook, record_scores, resume_from):
             bar.start(terminal)
             try:
@@ -494,11 +494,7 @@ def _finish(last: Path, out_dir: Path, settings: dict[str, Any], data: TrainingD
         "triples": data.stats,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}})
     atomic_write_json(tmp / INFO_FILE, info)
-    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    swap_dir_into_place(tmp, out_dir)
     log.info("trained ColBERT checkpoint at %s", out_dir)
     return out_dir
 

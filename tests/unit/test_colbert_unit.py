@@ -19,6 +19,8 @@ from ambiqa.retrieval import colbert as cb
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.checkpoint import validate_checkpoint
 from ambiqa.retrieval.colbert import ColBERTRetriever
+from ambiqa.retrieval.colbert.build import pid_alive, write_collection
+from ambiqa.retrieval.colbert.retriever import _search_params
 from ambiqa.types import Passage
 
 PASSAGES = [
@@ -234,7 +236,7 @@ def test_build_rejects_a_bad_checkpoint_before_work(tmp_path):
 
 def test_stale_builds_of_dead_processes_are_removed(tmp_path):
     dead_pid = 2**22 + 12345
-    while cb._pid_alive(dead_pid):
+    while pid_alive(dead_pid):
         dead_pid += 1
     stale = tmp_path / f"idx.tmp-{dead_pid}-abcd1234"
     live = tmp_path / f"idx.tmp-{os.getpid()}-abcd1234"
@@ -258,7 +260,7 @@ def test_corpus_fingerprint_same_for_list_and_file(tmp_path):
 
 def test_collection_and_tsv_written_in_order(tmp_path):
     tricky = [*PASSAGES, Passage("t\t1", "Tab\tTitle", "line one\nline\ttwo")]
-    n, sha = cb._write_collection(iter(tricky), tmp_path)
+    n, sha = write_collection(iter(tricky), tmp_path)
     assert n == 4 and sha == cb.corpus_fingerprint(tricky)
     rows = [json.loads(x) for x in (tmp_path / cb.COLLECTION).read_text().splitlines()]
     assert [r["id"] for r in rows] == [p.id for p in tricky]
@@ -269,16 +271,16 @@ def test_collection_and_tsv_written_in_order(tmp_path):
 
 
 def test_search_params_do_not_depend_on_call_order():
-    assert cb._search_params(5) == cb._search_params(10) == {
+    assert _search_params(5) == _search_params(10) == {
         "ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 128}
-    assert cb._search_params(20)["ndocs"] == 256
-    assert cb._search_params(100)["ndocs"] == 400  # at least 4 * k candidates
-    assert cb._search_params(2000)["ndocs"] == 8000
+    assert _search_params(20)["ndocs"] == 256
+    assert _search_params(100)["ndocs"] == 400  # at least 4 * k candidates
+    assert _search_params(2000)["ndocs"] == 8000
 
 
 def test_captured_output_keeps_prints_out_of_the_terminal(tmp_path, capfd):
     log = tmp_path / "colbert.log"
-    with cb._captured_output(log) as terminal:
+    with cb.captured_output(log) as terminal:
         print("python-level noise")
         os.write(1, b"c-level noise\n")
         os.write(2, b"c-level err\n")
@@ -369,8 +371,8 @@ def test_retriever_warns_only_beyond_the_hard_cap(tmp_path, bert_tok, caplog):
 
 def test_search_settings_table_override_keeps_enough_candidates():
     table = ((10, {"ncells": 2, "centroid_score_threshold": 0.4, "ndocs": 128}),)
-    assert cb._search_params(5, table) == {"ncells": 2, "centroid_score_threshold": 0.4,
+    assert _search_params(5, table) == {"ncells": 2, "centroid_score_threshold": 0.4,
                                            "ndocs": 128}
-    assert cb._search_params(50, table)["ndocs"] >= 200  # beyond the table: the wide default
+    assert _search_params(50, table)["ndocs"] >= 200  # beyond the table: the wide default
     wide = ((10**9, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 64}),)
-    assert cb._search_params(40, wide)["ndocs"] == 160  # never fewer than 4 * k candidates
+    assert _search_params(40, wide)["ndocs"] == 160  # never fewer than 4 * k candidates

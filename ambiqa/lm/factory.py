@@ -1,0 +1,156 @@
+"""Building and installing LMs: ``make_lm``, ``embedded_lm``, ``endpoint_lm``, ``configure``.
+
+Every engine, embedded or endpoint, is wrapped in a
+:class:`~ambiqa.lm.resilience.ResilientEngine` and handed to DSPy as ``dspy.LM(...,
+engine=...)`` with DSPy's own retries off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import asdict
+from typing import Any
+
+from ambiqa.envutil import env_int
+from ambiqa.errors import ConfigError
+from ambiqa.lm.embedded import EmbeddedSettings, XLlamaEngine
+from ambiqa.lm.endpoint import EndpointEngine
+from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
+from ambiqa.lm.resilience import ResilientEngine, RetryPolicy
+
+_ENGINES: dict[tuple, XLlamaEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+#: Embedded-model deadline per call: prefill of a full 4096-token context (~70 s at 60 tok/s)
+#: plus 512 new tokens (~30 s) on 2 contended cores, with a wide margin. No timeout retries
+#: (see :class:`RetryPolicy`); transient errors do not occur in-process, but are retried once.
+EMBEDDED_POLICY = RetryPolicy(timeout_s=600.0, max_retries=1, retry_timeouts=False)
+#: Endpoint default: LiteLLM / the HTTP client times out at ``timeout`` and the deadline here
+#: is a little later, a backstop for a client that does not.
+ENDPOINT_POLICY = RetryPolicy(timeout_s=None, max_retries=3, base_delay_s=1.0, max_delay_s=20.0)
+
+
+def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
+                policy: RetryPolicy | None = None) -> Any:
+    """A ``dspy.LM`` backed by the embedded GGUF model (one engine per model per process),
+    behind a :class:`ResilientEngine` (deadline ``$AMBIQA_LM_TIMEOUT``, default 600 s)."""
+    import dspy
+
+    settings = settings or EmbeddedSettings()
+    key = (settings.model, settings.n_threads, settings.n_ctx, settings.cache_ram_mib,
+           settings.n_parallel)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = XLlamaEngine(assemble_model(settings.model), settings)
+            _ENGINES[key] = engine
+    policy = policy or RetryPolicy.from_env(**asdict(EMBEDDED_POLICY))
+    return dspy.LM(
+        f"embedded/{settings.model}",
+        engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}",
+                               output_caps=settings.output_caps,
+                               stop_at_marker=settings.stop_at_marker),
+        temperature=0.0,
+        max_tokens=settings.max_tokens,
+        cache=cache,
+        num_retries=0,
+    )
+
+
+def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | None = None,
+                max_tokens: int = 512, temperature: float = 0.0, cache: bool = True,
+                num_retries: int = 3, timeout: float = 120.0,
+                policy: RetryPolicy | None = None) -> Any:
+    """A ``dspy.LM`` for an OpenAI-compatible or LiteLLM-known endpoint.
+
+    The key is read from the environment variable ``api_key_env`` (default: the provider's
+    usual variable, e.g. ``OPENAI_API_KEY``), so it never appears in arguments, artifacts or
+    logs. For a local server without auth (Ollama, llama.cpp) pass ``api_key_env=None`` and a
+    dummy key is used.
+
+    Each request times out after ``timeout`` seconds (``$AMBIQA_LM_TIMEOUT`` overrides) and
+    transient failures are retried ``num_retries`` times (``$AMBIQA_LM_RETRIES``) by a
+    :class:`ResilientEngine`, which also stops waiting shortly after ``timeout`` should the
+    HTTP client itself hang.
+    """
+    import dspy
+
+    key: str | None = None
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {api_key_env} is not set",
+                              hint=f"export {api_key_env}=... before running")
+    elif api_base:
+        key = "not-needed"
+    if policy is None:
+        policy = RetryPolicy.from_env(**{**asdict(ENDPOINT_POLICY), "max_retries": num_retries,
+                                         "timeout_s": timeout})
+    http_timeout = policy.timeout_s or timeout
+    # our deadline: the client's own timeout first, then a backstop 10 s later
+    policy = RetryPolicy(**{**asdict(policy), "timeout_s": http_timeout + 10.0})
+    inner = EndpointEngine(model, api_base=api_base, api_key_env=api_key_env, api_key=key,
+                           timeout=http_timeout, max_tokens=max_tokens, temperature=temperature)
+    return dspy.LM(model, engine=ResilientEngine(inner, policy, model=model),
+                   temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0)
+
+
+def make_lm(spec: str | None = None, *, api_base: str | None = None,
+            api_key_env: str | None = None, max_tokens: int = 512, threads: int | None = None,
+            n_ctx: int = 4096, cache: bool = True) -> Any:
+    """Build an LM from a short spec.
+
+    ``None`` / ``"embedded"`` → the default embedded model; ``"embedded:qwen2.5-coder-0.5b"`` →
+    a named embedded model; anything else is a provider/model string for :func:`endpoint_lm`.
+    ``$AMBIQA_LM`` supplies the spec when none is given. The embedded model serves
+    ``$AMBIQA_SLOTS`` concurrent calls (default :data:`DEFAULT_SLOTS`; 1 makes temperature-0
+    replies identical to a serial run) and caps each signature's output
+    (:data:`ambiqa.signatures.common.OUTPUT_CAPS`). Endpoint LMs keep ``max_tokens`` as given.
+    """
+    spec = spec or os.environ.get("AMBIQA_LM") or "embedded"
+    if spec == "embedded" or spec.startswith("embedded:"):
+        name = spec.split(":", 1)[1] if ":" in spec else DEFAULT_MODEL
+        if name == "small":
+            name = FAST_MODEL
+        threads = threads or env_int("AMBIQA_THREADS", 2, minimum=1)
+        return embedded_lm(EmbeddedSettings(model=name, n_threads=threads, n_ctx=n_ctx,
+                                            max_tokens=max_tokens), cache=cache)
+    if "/" not in spec:
+        raise ConfigError(f"LM spec {spec!r} is neither 'embedded[:name]' nor 'provider/model'",
+                          hint="e.g. --lm embedded:qwen2.5-coder-0.5b or --lm openai/gpt-4o-mini")
+    return endpoint_lm(spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens,
+                       cache=cache)
+
+
+_CALLBACK = None
+
+
+def trace_callback() -> Any:
+    """The process-wide :class:`ambiqa.tracing.TraceCallback` (created once)."""
+    global _CALLBACK
+    if _CALLBACK is None:
+        from ambiqa.tracing import TraceCallback
+
+        _CALLBACK = TraceCallback()
+    return _CALLBACK
+
+
+def configure(lm: Any, **settings: Any) -> Any:
+    """Make ``lm`` DSPy's default LM and install ambiqa's cost tracing. Returns ``lm``."""
+    import dspy
+
+    callbacks = list(settings.pop("callbacks", []))
+    if trace_callback() not in callbacks:
+        callbacks.append(trace_callback())
+    from ambiqa.tracing import UsageTap
+
+    settings.setdefault("usage_tracker", UsageTap())
+    dspy.configure(lm=lm, callbacks=callbacks, **settings)
+    return lm
+
+
+def lm_id(lm: Any) -> str:
+    """A stable, secret-free name for an LM (recorded in artifact manifests)."""
+    return str(getattr(lm, "model", type(lm).__name__))
