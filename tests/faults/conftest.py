@@ -178,7 +178,7 @@ class FaultyEndpoint:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with outer.lock:
                     item = outer.script[min(outer.requests, len(outer.script) - 1)]
@@ -278,7 +278,7 @@ def fault_colbert_index() -> Path:
     import os
 
     from ambiqa.data import demo_corpus_path, load_corpus
-    from ambiqa.errors import IndexError_
+    from ambiqa.errors import RetrievalIndexError
     from ambiqa.retrieval.colbert import ColBERTRetriever
 
     root = Path(os.environ.get("AMBIQA_CACHE", ROOT / ".ambiqa-cache")) / "test-indexes"
@@ -286,6 +286,6 @@ def fault_colbert_index() -> Path:
     passages = load_corpus(demo_corpus_path())
     try:
         ColBERTRetriever.load(root, name, corpus=passages)
-    except IndexError_:
+    except RetrievalIndexError:
         ColBERTRetriever.build(passages, index_root=root, name=name, progress=False)
     return root / name

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from ambiqa.errors import ConfigError, DataError, IndexError_
+from ambiqa.errors import ConfigError, DataError, RetrievalIndexError
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.dense import DenseRetriever
@@ -114,12 +114,12 @@ def test_bm25_fingerprint_depends_on_passages(tmp_path):
 
 
 def test_bm25_missing_or_mismatched_index_is_a_clear_error(tmp_path):
-    with pytest.raises(IndexError_, match="no bm25 index"):
+    with pytest.raises(RetrievalIndexError, match="no bm25 index"):
         BM25Retriever.load(tmp_path / "nothing")
     BM25Retriever.build(CORPUS, tmp_path / "bm25")
     (tmp_path / "bm25" / "passages.jsonl").write_text(
         json.dumps({"id": "x", "title": "", "text": "y"}) + "\n")
-    with pytest.raises(IndexError_, match="does not match"):
+    with pytest.raises(RetrievalIndexError, match="does not match"):
         BM25Retriever.load(tmp_path / "bm25")
     with pytest.raises(DataError, match="zero passages"):
         BM25Retriever.build([], tmp_path / "empty")
@@ -154,12 +154,12 @@ def test_dense_scores_are_inner_products_in_order(tmp_path):
 
 
 def test_dense_errors(tmp_path):
-    with pytest.raises(IndexError_, match="no dense index"):
+    with pytest.raises(RetrievalIndexError, match="no dense index"):
         DenseRetriever.load(tmp_path / "missing")
     BM25Retriever.build(CORPUS, tmp_path / "bm25")
-    with pytest.raises(IndexError_, match="not 'dense'"):
+    with pytest.raises(RetrievalIndexError, match="not 'dense'"):
         DenseRetriever.load(tmp_path / "bm25")
-    with pytest.raises(IndexError_):
+    with pytest.raises(RetrievalIndexError):
         DenseRetriever(CORPUS, np.zeros((3, 4), dtype=np.float32))
 
 

@@ -15,7 +15,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.programs.diva import Diva, clean_interpretations
 from ambiqa.programs.query_refinement import QueryRefinementClosedBook
 from ambiqa.programs.registry import build_program
-from ambiqa.retrieval.base import check_query, timed_search
+from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.testing import scripted_lm
 from ambiqa.types import Passage
 
@@ -51,7 +51,7 @@ class RecordingRetriever:
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
-        with timed_search(self.name, query, k):
+        with TimedSearch(self.name, query, k):
             self.searches.append((query, k))
             ids = self.results.get(query, self.default)[:k]
             return [PASSAGES[i].with_score(1.0 / (r + 1)) for r, i in enumerate(ids)]

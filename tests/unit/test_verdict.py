@@ -14,7 +14,7 @@ from ambiqa.programs.verdict import (
     medoid,
     merge_close_clusters,
 )
-from ambiqa.retrieval.base import timed_search
+from ambiqa.retrieval.base import TimedSearch
 from ambiqa.testing import scripted_lm
 from ambiqa.types import Passage
 
@@ -36,7 +36,7 @@ class RecordingRetriever:
         self.calls: list[tuple[str, int]] = []
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
-        with timed_search(self.name, query, k):
+        with TimedSearch(self.name, query, k):
             self.calls.append((query, k))
             return self.passages[:k]
 
