@@ -7,19 +7,17 @@ any ``cases`` / ``data_lost`` counts a test records) into the JUnit report, whic
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,18 +103,6 @@ def faults():
     f = Faults()
     yield f
     f.release.set()
-
-
-class HashEncoder:
-    """Deterministic unit vectors from a hash of each text (stands in for MiniLM)."""
-
-    def encode(self, texts: Sequence[str], **_: Any) -> np.ndarray:
-        rows = []
-        for t in texts:
-            seed = int(hashlib.sha256(str(t).encode()).hexdigest()[:8], 16)
-            v = np.random.default_rng(seed).standard_normal(16)
-            rows.append(v / np.linalg.norm(v))
-        return np.asarray(rows, dtype=np.float32).reshape(len(rows), 16)
 
 
 def small_passages():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
 
@@ -13,6 +12,7 @@ from ambiqa.errors import ConfigError, DataError, RetrievalIndexError
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.dense import DenseRetriever
+from ambiqa.testing import HashEncoder
 from ambiqa.tracing import track
 from ambiqa.types import Passage
 
@@ -27,26 +27,6 @@ CORPUS = [
     Passage("p8", "Nile", "The Nile is a major north-flowing river in Africa."),
 ]
 QUERIES = ["capital of France", "highest mountain", "who created Python", "river in Africa"]
-
-
-class HashEncoder:
-    """Deterministic bag-of-words encoder (unit vectors) so dense tests need no model."""
-
-    name = "hash-encoder"
-
-    def __init__(self, dim: int = 64) -> None:
-        self.dim = dim
-        self.calls = 0
-
-    def encode(self, texts, batch_size: int = 64):
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().replace(".", " ").replace("'", " ").split():
-                h = int(hashlib.md5(word.encode()).hexdigest(), 16)
-                out[i, h % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
 
 
 def _no_pickle(monkeypatch):

@@ -14,7 +14,7 @@ from ambiqa.retrieval import colbert as cb
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.sharded import ShardedRetriever
 from ambiqa.types import Passage
-from tests.unit.test_colbert_unit import PASSAGES, fake_index, make_manifest, write_jsonl
+from tests.unit.retrieval.test_colbert_unit import PASSAGES, fake_index, make_manifest, write_jsonl
 
 
 def _lines(**kw):
