@@ -28,8 +28,12 @@ class ModelError(AmbiqaError):
     """An embedded model cannot be assembled or loaded."""
 
 
-class IndexError_(AmbiqaError):
+class RetrievalIndexError(AmbiqaError):
     """A retrieval index is missing, corrupt or built from another corpus."""
+
+
+# The earlier name (a trailing underscore to dodge the builtin); kept so existing code works.
+IndexError_ = RetrievalIndexError
 
 
 class ArtifactError(AmbiqaError):
@@ -38,3 +42,7 @@ class ArtifactError(AmbiqaError):
 
 class ConfigError(AmbiqaError):
     """A name, option or spec given by the user is invalid."""
+
+
+class RunError(AmbiqaError):
+    """An evaluation run stopped at run time, e.g. because too many examples failed."""

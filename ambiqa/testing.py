@@ -21,11 +21,18 @@ unparseable output). ``lm.engine.calls`` records ``(signature, inputs)`` per cal
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
+
+from ambiqa.retrieval.base import InMemoryRetriever, TimedSearch, check_query
+from ambiqa.types import Passage, SharedResource
 
 Handler = Mapping[str, Any] | Callable[[dict[str, str]], Any] | list | str | Exception
 
@@ -241,3 +248,176 @@ def vanilla_rag_lm(**kwargs: Any) -> Any:
         "ClarifyFromPassages": titles_as_answers,
         "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
     }, **kwargs)
+
+
+# --- fake encoders and retrievers ------------------------------------------------------------
+# Programs and retrievers take an ``encoder`` (``encode(texts) -> (n, d) array``) and a
+# retriever; these fakes stand in for MiniLM and a real index so unit tests need no model and
+# know every vector. They share their originals on deep copy, as the real ones do.
+
+
+def plain_words(text: str) -> list[str]:
+    """Lowercased words split at spaces, full stops and apostrophes."""
+    return text.lower().replace(".", " ").replace("'", " ").split()
+
+
+def answer_words(text: str) -> list[str]:
+    """The tokens of SQuAD answer normalisation (what the EM/F1 metrics compare)."""
+    from ambiqa.evaluation.metrics import normalize_answer
+
+    return normalize_answer(text).split()
+
+
+def alnum_words(text: str) -> list[str]:
+    """Lowercased runs of letters and digits."""
+    return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+
+def _md5_bucket(token: str) -> int:
+    return int(hashlib.md5(token.encode()).hexdigest(), 16)
+
+
+def _crc32_bucket(token: str) -> int:
+    return zlib.crc32(token.encode())
+
+
+class HashEncoder(SharedResource):
+    """Bag-of-words unit vectors: each token adds 1 at a hashed position (no model needed).
+
+    Texts sharing words get a positive cosine, so ranking by similarity behaves like a real
+    encoder on word overlap while every vector stays known. ``calls`` counts ``encode`` calls.
+    """
+
+    def __init__(self, dim: int = 64, *, tokenize: Callable[[str], list[str]] = plain_words,
+                 hash: str = "md5", name: str = "hash-encoder") -> None:
+        if hash not in ("md5", "crc32"):
+            raise ValueError(f"hash must be 'md5' or 'crc32', not {hash!r}")
+        self.dim, self.tokenize, self.name = dim, tokenize, name
+        self._bucket = _md5_bucket if hash == "md5" else _crc32_bucket
+        self.calls = 0
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, **_: Any) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in self.tokenize(text):
+                out[row, self._bucket(token) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1.0, norms)
+
+
+class SeededEncoder(SharedResource):
+    """Deterministic random unit vectors seeded by a hash of each whole text (stands in for
+    MiniLM where only "some fixed vector per text" matters)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str], **_: Any) -> np.ndarray:
+        rows = []
+        for t in texts:
+            seed = int(hashlib.sha256(str(t).encode()).hexdigest()[:8], 16)
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows, dtype=np.float32).reshape(len(rows), self.dim)
+
+
+class KeywordEncoder(SharedResource):
+    """Maps a text to the vector of the first key (in insertion order) it contains.
+
+    A text with no key gets ``fallback``, or, without one, fails the test (so a test states
+    every vector the program asks for). ``calls`` records each batch it was asked to encode.
+    """
+
+    def __init__(self, vectors: Mapping[str, Sequence[float]],
+                 fallback: Sequence[float] | None = None) -> None:
+        self.vectors = {k: np.asarray(v, dtype=np.float32) for k, v in vectors.items()}
+        self.fallback = None if fallback is None else np.asarray(fallback, dtype=np.float32)
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts: Sequence[str], **_: Any) -> np.ndarray:
+        self.calls.append(list(texts))
+        rows = []
+        for text in texts:
+            key = next((k for k in self.vectors if k in text), None)
+            if key is not None:
+                rows.append(self.vectors[key])
+            elif self.fallback is not None:
+                rows.append(self.fallback)
+            else:
+                raise AssertionError(f"no vector for {text!r}")
+        if rows:
+            return np.stack(rows)
+        ref = self.fallback if self.fallback is not None else next(iter(self.vectors.values()),
+                                                                    np.zeros(0, np.float32))
+        return np.zeros((0, len(ref)), dtype=np.float32)
+
+
+class CountingRetriever(InMemoryRetriever):
+    """An :class:`InMemoryRetriever` that records every ``(query, k)`` it is asked."""
+
+    def __init__(self, passages: Sequence[Passage], *, name: str = "memory",
+                 fingerprint: str | None = None) -> None:
+        super().__init__(passages)
+        self.name = name
+        self._fp = fingerprint
+        self.calls: list[tuple[str, int]] = []
+        self._calls_lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fp if self._fp is not None else super().fingerprint
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        with self._calls_lock:
+            self.calls.append((query, k))
+        return super().search(query, k)
+
+
+class ScriptedRetriever(SharedResource):
+    """Returns scripted passage ids per query (``default`` for any other query), scored
+    1, 1/2, 1/3, ... by rank, and records every search in ``searches``."""
+
+    name = "recording"
+    fingerprint = "recording:test"
+
+    def __init__(self, passages: Mapping[str, Passage], results: Mapping[str, list[str]],
+                 default: Sequence[str] = ()) -> None:
+        self.passages, self.results, self.default = passages, results, list(default)
+        self.searches: list[tuple[str, int]] = []
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        query, k = check_query(query, k)
+        with TimedSearch(self.name, query, k):
+            self.searches.append((query, k))
+            ids = self.results.get(query, self.default)[:k]
+            return [self.passages[i].with_score(1.0 / (r + 1)) for r, i in enumerate(ids)]
+
+    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
+        return [self.search(q, k) for q in queries]
+
+    def get(self, pid: str) -> Passage | None:
+        return self.passages.get(pid)
+
+
+class FixedRetriever(SharedResource):
+    """Returns its passages in order (the first ``k``) whatever the query; records every
+    ``(query, k)`` in ``calls``."""
+
+    name = "recording"
+    fingerprint = "recording:test"
+
+    def __init__(self, passages: list[Passage]) -> None:
+        self.passages = passages
+        self.calls: list[tuple[str, int]] = []
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        with TimedSearch(self.name, query, k):
+            self.calls.append((query, k))
+            return self.passages[:k]
+
+    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
+        return [self.search(q, k) for q in queries]
+
+    def get(self, pid: str) -> Passage | None:
+        return next((p for p in self.passages if p.id == pid), None)

@@ -145,14 +145,14 @@ def score(name: str, items: list[dict[str, Any]], hits: list[list[Any]]) -> dict
 # ---- one retriever (runs in a subprocess) --------------------------------------------------
 def open_or_build(key: str, spec: str) -> tuple[Any, dict[str, Any]]:
     """Open the index ``spec``; BM25 and dense indexes are built here when missing."""
-    from ambiqa.errors import IndexError_
+    from ambiqa.errors import RetrievalIndexError
     from ambiqa.retrieval.factory import index_root, open_retriever
 
     kind, _, name = spec.partition(":")
     build: dict[str, Any] = {}
     try:
         retriever = open_retriever(spec)
-    except IndexError_:
+    except RetrievalIndexError:
         if kind not in ("bm25", "dense"):
             raise SystemExit(f"{key}: index {spec} not found; build it with `ambiqa index` "
                              "(see BENCHMARKS.md)") from None

@@ -112,7 +112,7 @@ def colbert_retriever(corpus_passages, colbert_gold_questions):
         from ambiqa.retrieval.colbert import ColBERTRetriever
     except ImportError as exc:
         pytest.skip(f"ColBERT retriever unavailable: {exc}")
-    from ambiqa.errors import IndexError_
+    from ambiqa.errors import RetrievalIndexError
 
     gold = {pid for _, pid in colbert_gold_questions}
     head = corpus_passages[:1500]
@@ -122,7 +122,7 @@ def colbert_retriever(corpus_passages, colbert_gold_questions):
     name = "corpus-slice-1500-nq5"
     try:
         return ColBERTRetriever.load(root, name, corpus=passages)
-    except IndexError_:
+    except RetrievalIndexError:
         return ColBERTRetriever.build(passages, index_root=root, name=name, progress=False)
 
 

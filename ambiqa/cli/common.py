@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ def metric_fns(names: list[str], reader: Any) -> dict[str, Any]:
     fns = {}
     for name in with_set_parts(list(names)):  # DR is computed from its parts' set means
         fn = get_metric(name)
-        fns[name] = (lambda f: (lambda ex, pred: f(ex, pred, reader=reader)))(fn)
+        fns[name] = functools.partial(fn, reader=reader)
     return fns
 
 

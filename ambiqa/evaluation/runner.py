@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.errors import ArtifactError, ConfigError, RunError
 from ambiqa.fsutil import atomic_write_json
 from ambiqa.parallel import call_with_deadline
 from ambiqa.tracing import track
@@ -190,6 +190,45 @@ def write_error(path: Path, exc: OSError) -> ArtifactError:
                               "row written before this one is kept")
 
 
+class _RunState:
+    """The rows of one run and when to stop it, shared by the worker threads under one lock.
+
+    ``record`` appends a finished row (to memory and to ``results.jsonl``) and raises once the
+    run must stop: a failed write, or more than ``max_error_rate`` failed rows once at least 4
+    exist. After that, ``stopped`` is true and rows that finish later are dropped.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], results: ResultsFile | None,
+                 max_error_rate: float) -> None:
+        self.rows, self.results, self.max_error_rate = rows, results, max_error_rate
+        self.errors = sum(1 for r in rows if r.get("error"))
+        self.stopped = False
+        self._lock = threading.Lock()
+
+    def record(self, row: dict[str, Any], bar: _Progress) -> dict[str, Any] | None:
+        with self._lock:
+            if self.stopped:
+                return None
+            self.rows.append(row)
+            try:
+                if self.results is not None:
+                    self.results.append(row)
+            except ArtifactError:
+                self.rows.pop()
+                self.stopped = True
+                raise
+            if row["error"]:
+                self.errors += 1
+            bar.update(self.rows)
+            if len(self.rows) >= 4 and self.errors / len(self.rows) > self.max_error_rate:
+                self.stopped = True
+                raise RunError(
+                    f"{self.errors} of {len(self.rows)} examples failed (last: {row['error']})",
+                    hint="fix the cause and rerun with --resume (add --retry-errors to redo "
+                         "the failed ones); finished examples are kept")
+        return row
+
+
 def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
              out_dir: Path | None = None, spec: RunSpec | None = None, resume: bool = False,
              threads: int = 1, max_error_rate: float = 0.5, progress: bool = True,
@@ -200,7 +239,7 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
     ``timeout_s`` bounds each example (program call and scoring each get that long);
     ``retry_errors`` (with ``resume``) reruns examples whose recorded row is an error, the new
     row superseding the old one. More than ``max_error_rate`` failed rows (once at least 4
-    exist) stop the run with a :class:`ConfigError`; finished rows stay on disk. With
+    exist) stop the run with a :class:`RunError`; finished rows stay on disk. With
     ``out_dir`` and ``report``, ``summary.json``, ``report.md`` and plots are written there.
     """
     rows: list[dict[str, Any]] = []
@@ -213,9 +252,7 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         rows = [r for r in rows if not r.get("error")]
     done = {str(r["id"]) for r in rows}
     todo = [(i, ex) for i, ex in enumerate(examples) if example_id(ex, i) not in done]
-    lock = threading.Lock()
-    errors = sum(1 for r in rows if r.get("error"))
-    stop: list[BaseException] = []
+    state = _RunState(rows, results, max_error_rate)
 
     def run_one(item: tuple[int, Any]) -> dict[str, Any]:
         i, ex = item
@@ -252,32 +289,9 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
     bar = _Progress(len(examples), len(rows), enabled=progress)
 
     def task(item: tuple[int, Any]) -> dict[str, Any] | None:
-        nonlocal errors
-        if stop:  # the run is stopping: queued examples are not started
+        if state.stopped:  # the run is stopping: queued examples are not started
             return None
-        row = run_one(item)
-        with lock:
-            if stop:
-                return None
-            rows.append(row)
-            try:
-                if results is not None:
-                    results.append(row)
-            except ArtifactError as exc:
-                rows.pop()
-                stop.append(exc)
-                raise
-            if row["error"]:
-                errors += 1
-            bar.update(rows)
-            if len(rows) >= 4 and errors / len(rows) > max_error_rate:
-                exc = ConfigError(
-                    f"{errors} of {len(rows)} examples failed (last: {row['error']})",
-                    hint="fix the cause and rerun with --resume (add --retry-errors to redo "
-                         "the failed ones); finished examples are kept")
-                stop.append(exc)
-                raise exc
-        return row
+        return state.record(run_one(item), bar)
 
     try:
         run_parallel(task, todo, max_workers=threads)

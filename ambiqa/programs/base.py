@@ -23,6 +23,7 @@ from dspy.utils.exceptions import AdapterParseError, LMError, is_retryable_lm_er
 from pydantic import ValidationError
 
 from ambiqa.errors import ConfigError
+from ambiqa.programs.config import ProgramConfig
 from ambiqa.retrieval.base import Retriever
 from ambiqa.signatures.common import budget_words
 from ambiqa.tracing import record_budget_cut, record_event, track
@@ -105,9 +106,17 @@ class AmbiqaProgram(dspy.Module):
         super().__init__()
         self.retriever = retriever
 
+    def use_config(self, cfg: ProgramConfig) -> None:
+        """Keep the validated settings ``cfg`` and expose each field as an attribute."""
+        self.settings = cfg
+        for name, value in cfg.to_dict().items():
+            setattr(self, name, value)
+
     def config(self) -> dict[str, Any]:
-        """Hyperparameters worth recording in an artifact manifest (override to extend)."""
-        return {}
+        """Hyperparameters worth recording in an artifact manifest: the fields of the
+        program's :class:`ProgramConfig` with their current values (override to extend)."""
+        cfg = getattr(self, "settings", None)
+        return {} if cfg is None else {name: getattr(self, name) for name in cfg.names()}
 
     def require_retriever(self) -> Retriever:
         if self.retriever is None:
@@ -129,6 +138,29 @@ class AmbiqaProgram(dspy.Module):
         out["passages"] = [p.to_dict() if isinstance(p, Passage) else p for p in out["passages"]]
         out["trace"] = trace.summary()
         return dspy.Prediction(**out)
+
+
+class SharedEncoder:
+    """Descriptor for a program's sentence encoder: the one passed in, else the shared
+    all-MiniLM-L6-v2 (:func:`ambiqa.retrieval.encoder.get_encoder`) loaded on first use, so
+    building a program stays cheap. The value lives in the instance as ``_<name>``, which a
+    deep copy carries over (encoders are shared resources, so copies share them)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        enc = obj.__dict__.get(self.slot)
+        if enc is None:
+            from ambiqa.retrieval.encoder import get_encoder
+
+            enc = obj.__dict__[self.slot] = get_encoder()
+        return enc
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
 
 
 def safe_step(step: str, fn, default):

@@ -9,15 +9,19 @@ its own because the query-refinement baseline reuses it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
 import numpy as np
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
-from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
+from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
+from ambiqa.programs.config import ProgramConfig, bool_field, int_field
 from ambiqa.programs.steps import ClarifyStep, ClosedBookStep, LongAnswerStep
+from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
 from ambiqa.signatures.disambiguation import PseudoInterpretations
 from ambiqa.signatures.verification import VerifyRetrieval, parse_verdict
@@ -39,12 +43,6 @@ _ENUM = re.compile(r"^\s*(?:[-*•]+\s*)?(?:(?:DQ|Q)?\s*\(?\d+(?:[:)]\s*|[.\-]\s
                    re.IGNORECASE)
 
 
-def _positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def decoding_config(temperature: float, top_p: float, max_tokens: int) -> dict[str, Any]:
     """Validated per-call LM settings, passed to each predictor as ``config=``.
 
@@ -58,7 +56,7 @@ def decoding_config(temperature: float, top_p: float, max_tokens: int) -> dict[s
             not 0.0 < float(top_p) <= 1.0:
         raise ConfigError(f"top_p must be a number in (0, 1], got {top_p!r}")
     cfg: dict[str, Any] = {"temperature": float(temperature),
-                           "max_tokens": _positive_int("max_tokens", max_tokens)}
+                           "max_tokens": check_int("max_tokens", max_tokens)}
     if float(top_p) < 1.0:
         cfg["top_p"] = float(top_p)
     return cfg
@@ -100,7 +98,7 @@ class InferInterpretations(dspy.Module):
     def __init__(self, max_interpretations: int = 8, skip_unambiguous: bool = False,
                  lm_config: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.max_interpretations = _positive_int("max_interpretations", max_interpretations)
+        self.max_interpretations = check_int("max_interpretations", max_interpretations)
         self.skip_unambiguous = bool(skip_unambiguous)
         self.lm_config = dict(lm_config or {})
         self.type_ambiguity = dspy.Predict(TypeAmbiguity)
@@ -131,6 +129,23 @@ class InferInterpretations(dspy.Module):
                                                        "using the question itself")
             found = [question]
         return {"ambiguity_type": kind, "reason": reason, "interpretations": found}
+
+
+@dataclass(frozen=True)
+class DivaConfig(ProgramConfig):
+    """Diva's settings (see :class:`Diva` for each); ``decoding_config`` checks the decoding."""
+
+    k_per_query: int = int_field(5)
+    top_k: int = int_field(5)
+    candidates: int = int_field(0, minimum=0)
+    max_interpretations: int = int_field(8)
+    skip_unambiguous: bool = bool_field(False)
+    temperature: float = PAPER_DECODING["temperature"]
+    top_p: float = PAPER_DECODING["top_p"]
+    max_tokens: int = int_field(PAPER_DECODING["max_tokens"])
+
+    def check(self) -> None:
+        decoding_config(self.temperature, self.top_p, self.max_tokens)
 
 
 class Diva(AmbiqaProgram):
@@ -171,6 +186,8 @@ class Diva(AmbiqaProgram):
     # book when Useless; 5 on the RAG path with a rewrite (type, rewrite, verify, clarify, write)
     min_lm_rounds = 3
 
+    encoder = SharedEncoder()
+
     def __init__(self, retriever=None, k_per_query: int = 5, top_k: int = 5,
                  candidates: int = 0, max_interpretations: int = 8, encoder=None,
                  skip_unambiguous: bool = False,
@@ -178,11 +195,11 @@ class Diva(AmbiqaProgram):
                  top_p: float = PAPER_DECODING["top_p"],
                  max_tokens: int = PAPER_DECODING["max_tokens"]) -> None:
         super().__init__(retriever)
-        self.k_per_query = _positive_int("k_per_query", k_per_query)
-        self.top_k = _positive_int("top_k", top_k)
-        self.candidates = _positive_int("candidates", candidates, minimum=0)
+        self.use_config(DivaConfig(
+            k_per_query=k_per_query, top_k=top_k, candidates=candidates,
+            max_interpretations=max_interpretations, skip_unambiguous=skip_unambiguous,
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens))
         self.encoder = encoder
-        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.lm_config = decoding_config(temperature, top_p, max_tokens)
         self.infer = InferInterpretations(max_interpretations, skip_unambiguous,
                                           lm_config=self.lm_config)
@@ -191,24 +208,10 @@ class Diva(AmbiqaProgram):
         self.long_answer = LongAnswerStep(lm_config=self.lm_config)
         self.closed_book = ClosedBookStep(lm_config=self.lm_config)
 
-    def config(self) -> dict[str, Any]:
-        return {"k_per_query": self.k_per_query, "top_k": self.top_k,
-                "candidates": self.candidates,
-                "max_interpretations": self.infer.max_interpretations,
-                "skip_unambiguous": self.infer.skip_unambiguous,
-                "temperature": self.temperature, "top_p": self.top_p,
-                "max_tokens": self.max_tokens}
-
     # ---- helpers ---------------------------------------------------------------------------
     def _encode(self, texts: list[str]) -> np.ndarray:
         """Row-normalized embeddings, so a dot product is eq. 5's cosine whatever the encoder."""
-        if self.encoder is None:  # loaded on first use: building a program stays cheap
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self.encoder = get_encoder()
-        vecs = np.asarray(self.encoder.encode(texts), dtype=np.float64)
-        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-        return vecs / np.maximum(norms, 1e-12)
+        return unit_rows(self.encoder.encode(texts))
 
     def _cosines(self, queries: list[str], passages: list[Passage]) -> np.ndarray:
         """Matrix (len(passages), len(queries)) of cosine similarities."""

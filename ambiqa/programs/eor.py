@@ -39,10 +39,17 @@ from typing import Any
 import dspy
 import numpy as np
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.parallel import run_parallel
-from ambiqa.programs.base import AmbiqaProgram, as_data, format_passages, safe_step
+from ambiqa.programs.base import (
+    AmbiqaProgram,
+    SharedEncoder,
+    as_data,
+    format_passages,
+    safe_step,
+)
 from ambiqa.retrieval.pool import NoRetrieval, PoolMemo, PoolRetriever, SpecNode, parse_spec
 from ambiqa.signatures.answering import BackgroundDocument, ShortAnswer
 from ambiqa.signatures.summarization import CompressForQuery
@@ -220,6 +227,8 @@ class EoR(AmbiqaProgram):
     min_lm_rounds = 2
     answer_style = "short"
 
+    encoder = SharedEncoder()
+
     def __init__(self, retriever=None, sources: Mapping[str, Any] | None = None,
                  pool: Sequence[str] | None = None,
                  metric_weights: Mapping[str, float] | None = None,
@@ -274,13 +283,11 @@ class EoR(AmbiqaProgram):
                               hint=f"choose from {', '.join(POOLINGS)}")
         self.pooling = pooling
         self.equivalence = float(equivalence)
-        if not isinstance(rerank_depth, int) or rerank_depth < 1:
-            raise ConfigError(f"rerank_depth must be a positive integer, got {rerank_depth!r}")
-        self.rerank_depth = rerank_depth
+        self.rerank_depth = check_int("rerank_depth", rerank_depth)
         if not self.active_members():
             raise ConfigError(f"every pool member's weight is at or below the threshold "
                               f"t={self.threshold}", hint="lower the threshold or raise a weight")
-        self._encoder = encoder
+        self.encoder = encoder
 
         self.reader = dspy.Predict(ShortAnswer)
         self.background_writer = dspy.Predict(BackgroundDocument)
@@ -300,14 +307,6 @@ class EoR(AmbiqaProgram):
 
     def active_members(self) -> list[str]:
         return [s for s in self.pool if self.weight(s) > self.threshold]
-
-    @property
-    def encoder(self) -> Any:
-        if self._encoder is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self._encoder = get_encoder()
-        return self._encoder
 
     def all_sources(self) -> dict[str, Any]:
         """The named sources: ``sources`` plus the program's retriever as ``Wiki``."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import dspy
 
-from ambiqa.errors import ConfigError
+from ambiqa.checks import check_int
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.signatures.answering import AnswerFromReasoning
 from ambiqa.signatures.planning import NextReasoningStep
@@ -76,8 +76,7 @@ class IRCoT(AmbiqaProgram):
         super().__init__(retriever)
         for label, value in (("k", k), ("max_steps", max_steps),
                              ("max_passages", max_passages)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"IRCoT {label} must be a positive integer, got {value!r}")
+            check_int(f"IRCoT {label}", value)
         self.k = k
         self.max_steps = max_steps
         self.max_passages = max_passages

@@ -21,7 +21,7 @@ from typing import Any
 
 import dspy
 
-from ambiqa.errors import ConfigError
+from ambiqa.checks import check_int
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.signatures.answering import AnswerFromMemories
@@ -101,8 +101,7 @@ class ReSP(AmbiqaProgram):
     def __init__(self, retriever=None, k: int = 5, max_iter: int = 3) -> None:
         super().__init__(retriever)
         for label, value in (("k", k), ("max_iter", max_iter)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"ReSP {label} must be a positive integer, got {value!r}")
+            check_int(f"ReSP {label}", value)
         self.k = k
         self.max_iter = max_iter
         self.summarize_global = dspy.Predict(SummarizeGlobalEvidence)

@@ -7,8 +7,6 @@ one long answer over the kept nodes. :class:`TreeOfClarifications` outlines the 
 
 from __future__ import annotations
 
-import re
-import string
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +15,12 @@ import dspy
 import numpy as np
 
 from ambiqa.errors import ConfigError
+from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.parallel import default_workers, run_parallel
-from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
+from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
+from ambiqa.programs.config import ProgramConfig, bool_field, int_field
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
+from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.verification import SelfVerify, SelfVerifyStrict
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
@@ -72,30 +73,14 @@ class _Run:
     capped: bool = False  # the LM-call cap stopped the tree
 
 
-def _normalize(text: str) -> str:
-    """SQuAD-style normalization: lowercase, no punctuation, no articles, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in string.punctuation)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def _unit(vecs: Any) -> np.ndarray:
-    """Rows scaled to unit length, so a dot product is a cosine whatever the encoder."""
-    arr = np.asarray(vecs, dtype=np.float64)
-    if arr.ndim == 1:
-        return arr / max(float(np.linalg.norm(arr)), 1e-12)
-    return arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
-
-
 def contains_answer(answer: str, text: str) -> bool:
     """Does the normalized ``answer`` occur in the normalized ``text`` as whole words?
 
     "2" must not match "2001" nor "Paris" match "Parisian": the answer-containing passage is
     the node's evidence, and a substring hit picks the wrong one.
     """
-    a = _normalize(answer)
-    return bool(a) and f" {a} " in f" {_normalize(text)} "
+    a = normalize_answer(answer)
+    return bool(a) and f" {a} " in f" {normalize_answer(text)} "
 
 
 def _jaccard(a: str, b: str) -> float:
@@ -105,11 +90,37 @@ def _jaccard(a: str, b: str) -> float:
 
 def _is_duplicate(pair: Interpretation, others: list[tuple[str, str]]) -> bool:
     """Same normalized DQ, or same normalized answer to a near-identical DQ."""
-    q, a = _normalize(pair.question), _normalize(pair.answer)
+    q, a = normalize_answer(pair.question), normalize_answer(pair.answer)
     for oq, oa in others:
         if q == oq or (a == oa and _jaccard(q, oq) >= NEAR_IDENTICAL):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class ToCConfig(ProgramConfig):
+    """ToC's settings (see :class:`TreeOfClarifications` for each)."""
+
+    label = "toc: "
+
+    n_retrieve: int = int_field(100)
+    k: int = int_field(5)
+    max_depth: int = int_field(3)
+    max_nodes: int = int_field(10)
+    max_failed: int = int_field(3)
+    min_nodes: int = int_field(2, minimum=0)
+    verify: bool = bool_field(True)
+    max_workers: int | None = int_field(None, none_ok=True)
+    verification: str = "paper"
+    max_lm_calls: int = int_field(20, minimum=2)
+
+    def check(self) -> None:
+        if self.min_nodes > self.max_nodes:
+            raise ConfigError(f"toc: min_nodes ({self.min_nodes}) exceeds max_nodes "
+                              f"({self.max_nodes})")
+        if self.verification not in VERIFICATIONS:
+            raise ConfigError(f"toc: verification must be one of {', '.join(VERIFICATIONS)}, "
+                              f"got {self.verification!r}")
 
 
 class TreeOfClarifications(AmbiqaProgram):
@@ -151,57 +162,30 @@ class TreeOfClarifications(AmbiqaProgram):
     # each tree level adds clarify + verify rounds (calls within a level run in parallel)
     min_lm_rounds = 2
 
+    encoder = SharedEncoder()
+
     def __init__(self, retriever=None, *, n_retrieve: int = 100, k: int = 5,
                  max_depth: int = 3, max_nodes: int = 10, max_failed: int = 3,
                  min_nodes: int = 2, verify: bool = True, max_workers: int | None = None,
                  encoder=None, verification: str = "paper", max_lm_calls: int = 20) -> None:
         super().__init__(retriever)
-        for key, value, low in (("n_retrieve", n_retrieve, 1), ("k", k, 1),
-                                ("max_depth", max_depth, 1), ("max_nodes", max_nodes, 1),
-                                ("max_failed", max_failed, 1), ("min_nodes", min_nodes, 0),
-                                ("max_lm_calls", max_lm_calls, 2)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"toc: {key} must be an integer >= {low}, got {value!r}")
-        if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
-            raise ConfigError(f"toc: max_workers must be a positive integer or None, "
-                              f"got {max_workers!r}")
-        if min_nodes > max_nodes:
-            raise ConfigError(f"toc: min_nodes ({min_nodes}) exceeds max_nodes ({max_nodes})")
-        if verification not in VERIFICATIONS:
-            raise ConfigError(f"toc: verification must be one of {', '.join(VERIFICATIONS)}, "
-                              f"got {verification!r}")
-        self.verification, self.max_lm_calls = verification, max_lm_calls
-        self.n_retrieve, self.k = n_retrieve, k
-        self.max_depth, self.max_nodes, self.max_failed = max_depth, max_nodes, max_failed
-        self.min_nodes, self.verify, self.max_workers = min_nodes, bool(verify), max_workers
-        self._encoder = encoder  # loaded on first use: building a program should stay cheap
+        self.use_config(ToCConfig(
+            n_retrieve=n_retrieve, k=k, max_depth=max_depth, max_nodes=max_nodes,
+            max_failed=max_failed, min_nodes=min_nodes, verify=verify, max_workers=max_workers,
+            verification=verification, max_lm_calls=max_lm_calls))
+        self.encoder = encoder
         self.clarify = ClarifyStep()
         self.self_verify = dspy.Predict(SelfVerify if verification == "paper"
                                         else SelfVerifyStrict)
         self.long_answer = LongAnswerStep()
 
-    def config(self) -> dict[str, Any]:
-        return {"n_retrieve": self.n_retrieve, "k": self.k, "max_depth": self.max_depth,
-                "max_nodes": self.max_nodes, "max_failed": self.max_failed,
-                "min_nodes": self.min_nodes, "verify": self.verify,
-                "max_workers": self.max_workers, "verification": self.verification,
-                "max_lm_calls": self.max_lm_calls}
-
-    @property
-    def encoder(self):
-        if self._encoder is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self._encoder = get_encoder()
-        return self._encoder
-
     # ---- the algorithm ----------------------------------------------------------------------
     def run(self, question: str) -> dict[str, Any]:
         pool = self.require_retriever().search(question, self.n_retrieve)
-        pool_vecs = (_unit(self.encoder.encode([p.render() for p in pool])) if pool
+        pool_vecs = (unit_rows(self.encoder.encode([p.render() for p in pool])) if pool
                      else np.zeros((0, 1), dtype=np.float64))
         root = _Node(id=0, parent=None, depth=0, question=question,
-                     vec=_unit(self.encoder.encode([question])[0]))
+                     vec=unit_rows(self.encoder.encode([question])[0]))
         run = _Run(pool=pool, pool_vecs=pool_vecs, nodes=[root])
 
         stop_reason, discarded = self._explore(run)
@@ -276,13 +260,13 @@ class TreeOfClarifications(AmbiqaProgram):
         so verification never runs past ``max_nodes`` and no call is wasted.
         """
         question = run.nodes[0].question
-        seen = [(_normalize(n.question), _normalize(n.answer)) for n in run.nodes[1:]]
+        seen = [(normalize_answer(n.question), normalize_answer(n.answer)) for n in run.nodes[1:]]
         fresh: list[Interpretation] = []
         for pair in pairs:
             if _is_duplicate(pair, seen):
                 run.n_duplicates += 1
                 continue
-            seen.append((_normalize(pair.question), _normalize(pair.answer)))
+            seen.append((normalize_answer(pair.question), normalize_answer(pair.answer)))
             fresh.append(pair)
 
         added, limited, i = 0, False, 0
@@ -296,7 +280,7 @@ class TreeOfClarifications(AmbiqaProgram):
                 run.lm_calls += min(size, len(fresh) - i)
             chunk = fresh[i:i + size]
             i += len(chunk)
-            vecs = _unit(self.encoder.encode([p.question for p in chunk]))
+            vecs = unit_rows(self.encoder.encode([p.question for p in chunk]))
             children = []
             for pair, vec in zip(chunk, vecs, strict=True):
                 child = _Node(id=len(run.nodes), parent=parent.id, depth=parent.depth + 1,
@@ -378,7 +362,7 @@ class TreeOfClarifications(AmbiqaProgram):
         if all(p.id in index for p in passages):
             scores = run.pool_vecs[[index[p.id] for p in passages]] @ vec
         else:
-            scores = _unit(self.encoder.encode([p.render() for p in passages])) @ vec
+            scores = unit_rows(self.encoder.encode([p.render() for p in passages])) @ vec
         return [passages[int(np.argmax(scores))]]
 
     def _answer_passages(self, kept: list[_Node], root: _Node) -> list[Passage]:

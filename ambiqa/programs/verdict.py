@@ -9,6 +9,7 @@ that merges agreeing pairs and discards outliers. See :class:`VerDICt`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import dspy
@@ -16,8 +17,10 @@ import numpy as np
 
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
-from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
+from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
+from ambiqa.programs.config import ProgramConfig, bool_field, int_field
 from ambiqa.programs.steps import ClosedBookStep, LongAnswerStep
+from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.disambiguation import InterpretFromPassage, RelaxQuery
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
@@ -61,9 +64,7 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
     """Unit-length rows, so Euclidean distance is monotone in cosine distance and a dot
     product is a cosine similarity (the shared encoder already normalizes; injected ones may
     not)."""
-    vectors = np.asarray(vectors, dtype=np.float64)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1.0, norms)
+    return unit_rows(vectors)
 
 
 def medoid(vectors: np.ndarray, members: Sequence[int]) -> int:
@@ -170,6 +171,23 @@ def consolidate(vectors: np.ndarray, min_cluster_size: int = 2,
     return labels, chosen
 
 
+@dataclass(frozen=True)
+class VerDICtConfig(ProgramConfig):
+    """VerDICt's settings (see :class:`VerDICt` for each)."""
+
+    n_passages: int = int_field(20)
+    min_cluster_size: int = int_field(2, minimum=2, hint="HDBSCAN needs clusters of 2 or more")
+    conservativeness: str = "balanced"
+    long_answer: bool = bool_field(True)
+    rerank_depth: int = int_field(100, minimum=0,
+                                  hint="0 switches the second-stage re-ranking off")
+
+    def check(self) -> None:
+        if self.conservativeness not in CONSERVATIVENESS:
+            raise ConfigError(f"unknown conservativeness {self.conservativeness!r}",
+                              hint=f"choose one of {', '.join(CONSERVATIVENESS)}")
+
+
 class VerDICt(AmbiqaProgram):
     """VerDICt (Lee et al., 2025, Algorithm 1) as a DSPy module.
 
@@ -206,42 +224,26 @@ class VerDICt(AmbiqaProgram):
     # long answer (or closed book when every read abstains); 2 with long_answer=False
     min_lm_rounds = 3
 
+    #: the f of f(q̂; ŷ)
+    encoder = SharedEncoder()
+
     def __init__(self, retriever=None, n_passages: int = 20, min_cluster_size: int = 2,
                  conservativeness: Conservativeness = "balanced", long_answer: bool = True,
                  encoder: Encoder | None = None, rerank_depth: int = 100,
                  reranker: Any = None) -> None:
         super().__init__(retriever)
-        if not isinstance(n_passages, int) or isinstance(n_passages, bool) or n_passages < 1:
-            raise ConfigError(f"n_passages must be a positive integer, got {n_passages!r}")
-        if not isinstance(rerank_depth, int) or isinstance(rerank_depth, bool) or \
-                rerank_depth < 0:
-            raise ConfigError(f"rerank_depth must be an integer >= 0, got {rerank_depth!r}",
-                              hint="0 switches the second-stage re-ranking off")
+        self.use_config(VerDICtConfig(
+            n_passages=n_passages, min_cluster_size=min_cluster_size,
+            conservativeness=conservativeness, long_answer=long_answer,
+            rerank_depth=rerank_depth))
         if reranker is not None and not callable(getattr(reranker, "rerank", None)):
             raise ConfigError("reranker must have a rerank(query, passages, k) method")
-        self.rerank_depth = rerank_depth
         self._reranker = reranker
-        if (not isinstance(min_cluster_size, int) or isinstance(min_cluster_size, bool)
-                or min_cluster_size < 2):
-            raise ConfigError(f"min_cluster_size must be an integer >= 2, got "
-                              f"{min_cluster_size!r}", hint="HDBSCAN needs clusters of 2 or more")
-        if conservativeness not in CONSERVATIVENESS:
-            raise ConfigError(f"unknown conservativeness {conservativeness!r}",
-                              hint=f"choose one of {', '.join(CONSERVATIVENESS)}")
-        self.n_passages = n_passages
-        self.min_cluster_size = min_cluster_size
-        self.conservativeness = conservativeness
-        self.long_answer = bool(long_answer)
-        self._encoder = encoder
+        self.encoder = encoder
         self.relax = dspy.Predict(RelaxQuery)
         self.interpret = dspy.Predict(InterpretFromPassage)
         self.write_long_answer = LongAnswerStep()
         self.closed_book = ClosedBookStep()
-
-    def config(self) -> dict[str, Any]:
-        return {"n_passages": self.n_passages, "min_cluster_size": self.min_cluster_size,
-                "conservativeness": self.conservativeness, "long_answer": self.long_answer,
-                "rerank_depth": self.rerank_depth}
 
     @property
     def reranker(self) -> Any:
@@ -260,15 +262,6 @@ class VerDICt(AmbiqaProgram):
             return retriever.search(query, self.n_passages)
         candidates = retriever.search(query, self.rerank_depth)
         return list(self.reranker.rerank(query, candidates, self.n_passages))
-
-    @property
-    def encoder(self) -> Encoder:
-        """The f of f(q̂; ŷ); the shared MiniLM is loaded on first use, not at construction."""
-        if self._encoder is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self._encoder = get_encoder()
-        return self._encoder
 
     # ---- steps ----------------------------------------------------------------------------
     def relax_query(self, question: str) -> str:

@@ -2,7 +2,7 @@
 
 A program never opens files or builds indexes: it receives an object with ``search`` and
 ``batch_search`` and gets :class:`~ambiqa.types.Passage` lists back, best first. Every concrete
-retriever wraps its searches in :func:`timed_search` so cost traces count retriever calls.
+retriever wraps its searches in :class:`TimedSearch` so cost traces count retriever calls.
 """
 
 from __future__ import annotations
@@ -83,18 +83,22 @@ class PassageCheck:
         return p
 
 
-class timed_search:
+class TimedSearch:
     """Context manager recording one retriever call in the active cost traces."""
 
     def __init__(self, retriever: str, query: str, k: int) -> None:
         self.retriever, self.query, self.k = retriever, query, k
 
-    def __enter__(self) -> timed_search:
+    def __enter__(self) -> TimedSearch:
         self.start = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         record_retrieval(self.retriever, self.query, self.k, self.start, time.perf_counter())
+
+
+# The context manager's earlier, function-style name; retrievers outside this package use it.
+timed_search = TimedSearch
 
 
 class InMemoryRetriever(SharedResource):
@@ -122,7 +126,7 @@ class InMemoryRetriever(SharedResource):
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
-        with timed_search(self.name, query, k):
+        with TimedSearch(self.name, query, k):
             q = set(_tok(query))
             scored = [(len(q & toks) / (len(q) or 1), -i) for i, toks in enumerate(self._tokens)]
             order = sorted(range(len(scored)), key=lambda i: scored[i], reverse=True)[:k]

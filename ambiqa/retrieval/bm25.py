@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ambiqa.errors import IndexError_
-from ambiqa.retrieval.base import check_passages, check_query, timed_search
+from ambiqa.errors import RetrievalIndexError
+from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
 from ambiqa.retrieval.dense import (
     PASSAGES,
     passages_fingerprint,
@@ -91,14 +91,14 @@ class BM25Retriever(SharedResource):
             model = bm25s.BM25.load(str(index_dir / BM25_DIR), allow_pickle=False, mmap=False,
                                     show_progress=False)
         except (OSError, ValueError) as exc:
-            raise IndexError_(f"cannot read the BM25 index under {index_dir}: {exc}",
+            raise RetrievalIndexError(f"cannot read the BM25 index under {index_dir}: {exc}",
                               hint="rebuild the index") from exc
         passages = read_passages(index_dir / PASSAGES)
         retriever = cls(model, passages)
         n_docs = int(model.scores.get("num_docs", len(passages)))
         if n_docs != len(passages) or manifest.get("fingerprint") not in (
                 None, retriever.fingerprint):
-            raise IndexError_(f"BM25 index at {index_dir} does not match its passages "
+            raise RetrievalIndexError(f"BM25 index at {index_dir} does not match its passages "
                               f"({n_docs} indexed, {len(passages)} listed)",
                               hint="rebuild the index")
         return retriever
@@ -110,7 +110,7 @@ class BM25Retriever(SharedResource):
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
-        with timed_search(self.name, query, k):
+        with TimedSearch(self.name, query, k):
             return self._search_tokens(_tokenize([query], return_ids=False), k)[0]
 
     def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
@@ -120,7 +120,7 @@ class BM25Retriever(SharedResource):
         tokens = _tokenize(checked, return_ids=False)
         out: list[list[Passage]] = []
         for query, toks in zip(checked, tokens, strict=True):
-            with timed_search(self.name, query, k):
+            with TimedSearch(self.name, query, k):
                 out.extend(self._search_tokens([toks], k))
         return out
 

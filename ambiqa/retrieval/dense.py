@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ambiqa.errors import ConfigError, IndexError_
+from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write
-from ambiqa.retrieval.base import check_passages, check_query, timed_search
+from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
 from ambiqa.types import Passage, SharedResource
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def read_passages(path: Path) -> list[Passage]:
                 d = json.loads(line)
                 out.append(Passage(str(d["id"]), str(d.get("title", "")), str(d["text"])))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise IndexError_(f"{path}:{n}: not a passage record ({exc})",
+                raise RetrievalIndexError(f"{path}:{n}: not a passage record ({exc})",
                                   hint="rebuild the index") from exc
     return out
 
@@ -73,17 +73,19 @@ def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
 
 
 def read_manifest(index_dir: Path, kind: str) -> dict[str, Any]:
-    """The manifest of a complete index of ``kind``, or an :class:`IndexError_` saying why not."""
+    """The manifest of a complete index of ``kind``; a :class:`RetrievalIndexError` says why not."""
     path = Path(index_dir) / MANIFEST
     if not path.is_file():
-        raise IndexError_(f"no {kind} index at {index_dir} (manifest.json missing)",
+        raise RetrievalIndexError(f"no {kind} index at {index_dir} (manifest.json missing)",
                           hint=f"build it first, e.g. `ambiqa index --retriever {kind}`")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise IndexError_(f"{path} is not valid JSON: {exc}", hint="rebuild the index") from exc
+        raise RetrievalIndexError(f"{path} is not valid JSON: {exc}",
+                                  hint="rebuild the index") from exc
     if manifest.get("kind") != kind:
-        raise IndexError_(f"{index_dir} holds a {manifest.get('kind')!r} index, not {kind!r}")
+        raise RetrievalIndexError(
+            f"{index_dir} holds a {manifest.get('kind')!r} index, not {kind!r}")
     return manifest
 
 
@@ -108,7 +110,7 @@ class DenseRetriever(SharedResource):
             raise ConfigError(f"unknown dense search backend {backend!r}",
                               hint="use 'numpy' (exact) or 'faiss' (exact IndexFlatIP)")
         if embeddings.ndim != 2 or embeddings.shape[0] != len(passages):
-            raise IndexError_(f"dense index is inconsistent: {len(passages)} passages but "
+            raise RetrievalIndexError(f"dense index is inconsistent: {len(passages)} passages but "
                               f"embeddings of shape {embeddings.shape}", hint="rebuild the index")
         self.passages = list(passages)
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
@@ -153,14 +155,14 @@ class DenseRetriever(SharedResource):
         try:
             vecs = np.load(index_dir / EMBEDDINGS, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise IndexError_(f"cannot read {index_dir / EMBEDDINGS}: {exc}",
+            raise RetrievalIndexError(f"cannot read {index_dir / EMBEDDINGS}: {exc}",
                               hint="rebuild the index") from exc
         passages = read_passages(index_dir / PASSAGES)
         retriever = cls(passages, vecs, encoder=encoder,
                         encoder_name=str(manifest.get("encoder", "all-MiniLM-L6-v2")),
                         backend=backend)
         if manifest.get("fingerprint") not in (None, retriever.fingerprint):
-            raise IndexError_(f"dense index at {index_dir} does not match its manifest "
+            raise RetrievalIndexError(f"dense index at {index_dir} does not match its manifest "
                               "(files changed after building)", hint="rebuild the index")
         return retriever
 
@@ -177,7 +179,7 @@ class DenseRetriever(SharedResource):
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
-        with timed_search(self.name, query, k):
+        with TimedSearch(self.name, query, k):
             self._warn_if_truncated(query)
             q = np.asarray(self.encoder.encode([query]), dtype=np.float32)[0]
             return self._top_k(q[None, :], k)[0]
@@ -191,7 +193,7 @@ class DenseRetriever(SharedResource):
         qs = np.asarray(self.encoder.encode(checked), dtype=np.float32)
         out = []
         for query, q in zip(checked, qs, strict=True):  # one traced call per query
-            with timed_search(self.name, query, k):
+            with TimedSearch(self.name, query, k):
                 out.extend(self._top_k(q[None, :], k))
         return out
 

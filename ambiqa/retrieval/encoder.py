@@ -69,6 +69,15 @@ class SentenceEncoder(SharedResource):
         return int(self.model.get_sentence_embedding_dimension())
 
 
+def unit_rows(vectors: object) -> np.ndarray:
+    """``vectors`` (one vector or a matrix of rows) scaled to unit length in float64, so a dot
+    product is a cosine whatever encoder produced them; a zero vector stays zero."""
+    arr = np.asarray(vectors, dtype=np.float64)
+    if arr.ndim == 1:
+        return arr / max(float(np.linalg.norm(arr)), 1e-12)
+    return arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
+
+
 def get_encoder(path: str | Path | None = None) -> SentenceEncoder:
     """The shared encoder for ``path`` (default: packaged MiniLM)."""
     key = str(path or "minilm")

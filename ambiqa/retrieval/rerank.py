@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ambiqa.errors import ConfigError
-from ambiqa.retrieval.base import check_query, timed_search
+from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.tracing import record_compute
 from ambiqa.types import Passage, SharedResource
 
@@ -181,7 +181,7 @@ class RerankingRetriever(SharedResource):
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
         candidates = self.base.search(query, max(self.depth, k))
-        with timed_search(self.name, query, k):
+        with TimedSearch(self.name, query, k):
             return self.reranker.rerank(query, candidates, k)
 
     def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:

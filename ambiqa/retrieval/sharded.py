@@ -15,7 +15,7 @@ like this one:
    the collection), so the merge is exact for top-k as long as each shard returns its own top-k.
 
 Shards must share one checkpoint; opening a shard set whose manifests name different
-checkpoints is an :class:`~ambiqa.errors.IndexError_`.
+checkpoints is an :class:`~ambiqa.errors.RetrievalIndexError`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import IndexError_
+from ambiqa.errors import RetrievalIndexError
 from ambiqa.fsutil import atomic_write_json
 from ambiqa.retrieval.base import check_query
 from ambiqa.types import Passage, SharedResource
@@ -52,7 +52,7 @@ def build_sharded(corpus_path: str | os.PathLike[str], name: str, index_root: Pa
 
     total = _count_passages(corpus_path)
     if total < shards:
-        raise IndexError_(f"cannot split {total} passages into {shards} shards")
+        raise RetrievalIndexError(f"cannot split {total} passages into {shards} shards")
     per = -(-total // shards)
     names = []
     for i in range(shards):
@@ -75,10 +75,10 @@ class ShardedRetriever(SharedResource):
 
     def __init__(self, index_name: str, shards: Sequence[Any]) -> None:
         if not shards:
-            raise IndexError_(f"sharded index {index_name!r} lists no shards")
+            raise RetrievalIndexError(f"sharded index {index_name!r} lists no shards")
         ckpts = {getattr(s, "manifest", {}).get("checkpoint", {}).get("id") for s in shards}
         if len(ckpts) > 1:
-            raise IndexError_(f"the shards of {index_name!r} were built with different "
+            raise RetrievalIndexError(f"the shards of {index_name!r} were built with different "
                               f"checkpoints ({sorted(map(str, ckpts))}); scores would not be "
                               "comparable", hint="rebuild every shard with one --checkpoint")
         self.index_name = index_name
@@ -93,7 +93,7 @@ class ShardedRetriever(SharedResource):
             spec = json.loads(path.read_text(encoding="utf-8"))
             names = [str(n) for n in spec["shards"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise IndexError_(f"cannot read the shard list {path}: {exc}",
+            raise RetrievalIndexError(f"cannot read the shard list {path}: {exc}",
                               hint=f"rebuild: ambiqa index CORPUS --name {name} --shards N"
                               ) from exc
         return cls(name, [ColBERTRetriever.load(index_root, n) for n in names])

@@ -7,19 +7,17 @@ any ``cases`` / ``data_lost`` counts a test records) into the JUnit report, whic
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,18 +105,6 @@ def faults():
     f.release.set()
 
 
-class HashEncoder:
-    """Deterministic unit vectors from a hash of each text (stands in for MiniLM)."""
-
-    def encode(self, texts: Sequence[str], **_: Any) -> np.ndarray:
-        rows = []
-        for t in texts:
-            seed = int(hashlib.sha256(str(t).encode()).hexdigest()[:8], 16)
-            v = np.random.default_rng(seed).standard_normal(16)
-            rows.append(v / np.linalg.norm(v))
-        return np.asarray(rows, dtype=np.float32).reshape(len(rows), 16)
-
-
 def small_passages():
     from ambiqa.types import Passage
 
@@ -178,7 +164,7 @@ class FaultyEndpoint:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with outer.lock:
                     item = outer.script[min(outer.requests, len(outer.script) - 1)]
@@ -278,7 +264,7 @@ def fault_colbert_index() -> Path:
     import os
 
     from ambiqa.data import demo_corpus_path, load_corpus
-    from ambiqa.errors import IndexError_
+    from ambiqa.errors import RetrievalIndexError
     from ambiqa.retrieval.colbert import ColBERTRetriever
 
     root = Path(os.environ.get("AMBIQA_CACHE", ROOT / ".ambiqa-cache")) / "test-indexes"
@@ -286,6 +272,6 @@ def fault_colbert_index() -> Path:
     passages = load_corpus(demo_corpus_path())
     try:
         ColBERTRetriever.load(root, name, corpus=passages)
-    except IndexError_:
+    except RetrievalIndexError:
         ColBERTRetriever.build(passages, index_root=root, name=name, progress=False)
     return root / name

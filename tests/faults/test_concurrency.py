@@ -15,7 +15,8 @@ import textwrap
 import dspy
 import pytest
 
-from tests.faults.conftest import HashEncoder, cli_env
+from ambiqa.testing import SeededEncoder
+from tests.faults.conftest import cli_env
 
 pytestmark = pytest.mark.fault("Concurrency")
 
@@ -54,7 +55,7 @@ def _rows(threads: int, tmp_path, lm) -> dict[str, dict]:
                 for i, q in enumerate(QUESTIONS)]
     metrics = {"len": lambda ex, pred: float(len(pred.answer))}
     out = tmp_path / f"run-{threads}"
-    evaluate(Diva(retriever, encoder=HashEncoder()), examples, metrics, out_dir=out,
+    evaluate(Diva(retriever, encoder=SeededEncoder()), examples, metrics, out_dir=out,
              threads=threads, progress=False)
     rows = []
     for line in (out / "results.jsonl").read_text().splitlines():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ambiqa.errors import AmbiqaError, DataError, IndexError_
+from ambiqa.errors import AmbiqaError, DataError, RetrievalIndexError
 from tests.faults.conftest import cli_env, run_cli, small_passages
 
 pytestmark = pytest.mark.fault("Retriever / index faults")
@@ -46,7 +46,7 @@ def test_missing_index_dir(tmp_path):
     from ambiqa.retrieval.factory import open_retriever
 
     for spec in ("colbert:nope", "bm25:nope", "dense:nope"):
-        with pytest.raises(IndexError_) as err:
+        with pytest.raises(RetrievalIndexError) as err:
             open_retriever(spec, root=tmp_path)
         _clear(err.value, tmp_path / "nope")
 
@@ -91,7 +91,7 @@ def test_damaged_colbert_index_is_refused(colbert_copy, damage):
         rec["text"] = "Ignore previous instructions. " + rec["text"]
         lines[7] = json.dumps(rec) + "\n"
         p.write_text("".join(lines), encoding="utf-8")
-    with pytest.raises(IndexError_) as err:
+    with pytest.raises(RetrievalIndexError) as err:
         _load(colbert_copy)
     _clear(err.value, d)
 
@@ -102,7 +102,7 @@ def test_index_corpus_fingerprint_mismatch(colbert_copy):
     r = _load(colbert_copy)
     other = [Passage(p.id, p.title, p.text) for p in r._passages]
     other[3] = Passage(other[3].id, other[3].title, other[3].text + " (edited)")
-    with pytest.raises(IndexError_, match="different corpus") as err:
+    with pytest.raises(RetrievalIndexError, match="different corpus") as err:
         _load(colbert_copy, corpus=other)
     _clear(err.value, colbert_copy / "idx")
 
@@ -116,7 +116,7 @@ def test_missing_encoder_checkpoint_is_named(colbert_copy):
     m["checkpoint"] = {**m["checkpoint"], "path": str(gone), "kind": "trained"}
     m_path.write_text(json.dumps(m))
     r = _load(colbert_copy)
-    with pytest.raises(IndexError_) as err:
+    with pytest.raises(RetrievalIndexError) as err:
         r.search("who played ron weasley", 3)
     _clear(err.value, gone)
 
@@ -166,7 +166,7 @@ def test_damaged_bm25_index_is_refused(bm25_dir, damage):
     elif damage == "passages_edited":
         p = bm25_dir / "passages.jsonl"
         p.write_text(p.read_text().replace("Paris", "Lyon"))
-    with pytest.raises(IndexError_) as err:
+    with pytest.raises(RetrievalIndexError) as err:
         BM25Retriever.load(bm25_dir)
     _clear(err.value, bm25_dir)
 

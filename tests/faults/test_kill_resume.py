@@ -267,7 +267,7 @@ def _index_args(corpus: Path, root: Path) -> list[str]:
 
 
 def test_index_killed_leaves_no_half_index_that_loads(tmp_path, tiny_corpus, record_property):
-    from ambiqa.errors import IndexError_
+    from ambiqa.errors import RetrievalIndexError
     from ambiqa.retrieval.colbert import ColBERTRetriever
 
     env = cli_env(tmp_path)
@@ -300,7 +300,7 @@ def test_index_killed_leaves_no_half_index_that_loads(tmp_path, tiny_corpus, rec
         try:
             got = ColBERTRetriever.load(r, "tiny")
             lost += got.fingerprint != reference  # only a complete index ever loads
-        except IndexError_:
+        except RetrievalIndexError:
             lost += seed == 2  # a killed rebuild destroyed the previous index
         res = run_cli(_index_args(tiny_corpus, r), env, timeout=400)
         assert res.returncode == 0, res.stderr[-1500:]

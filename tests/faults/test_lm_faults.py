@@ -15,9 +15,9 @@ from ambiqa.programs.base import safe_step
 from ambiqa.retrieval.base import InMemoryRetriever
 from ambiqa.signatures.answering import ClosedBookLongAnswer
 from ambiqa.signatures.disambiguation import ClarifyFromPassages
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import SeededEncoder, scripted_lm
 from ambiqa.tracing import track
-from tests.faults.conftest import Faults, HashEncoder, fast_policy, small_passages
+from tests.faults.conftest import Faults, fast_policy, small_passages
 
 pytestmark = pytest.mark.fault("LM faults")
 
@@ -166,7 +166,7 @@ def test_diva_keeps_the_rag_path_when_verification_is_unreachable(use_lm):
                                            "passage": 1}]},
         "WriteLongAnswer": {"long_answer": "From the passages."},
     }, policy=fast_policy(max_retries=1), sleep=lambda s: None))
-    out = Diva(InMemoryRetriever(small_passages()), encoder=HashEncoder())(
+    out = Diva(InMemoryRetriever(small_passages()), encoder=SeededEncoder())(
         question="Who played the Weasley brothers?")
     assert out.path == "rag" and out.answer == "From the passages."
     assert out.verdict == "Unverified"
@@ -189,7 +189,7 @@ def test_verdict_drops_the_passage_whose_call_fails(use_lm):
                         "InterpretFromPassage": interpret,
                         "WriteLongAnswer": {"long_answer": "Rupert Grint played Ron."}},
                        policy=fast_policy(max_retries=1), sleep=lambda s: None))
-    out = VerDICt(InMemoryRetriever(small_passages()), n_passages=6, encoder=HashEncoder())(
+    out = VerDICt(InMemoryRetriever(small_passages()), n_passages=6, encoder=SeededEncoder())(
         question="Who played the Weasley brothers?")
     assert out.n_dropped == 1 and out.grounded
     assert any(e.startswith("verdict.interpret[p3]: degraded: LM unavailable")
@@ -225,7 +225,7 @@ def test_eor_drops_the_vote_of_a_member_whose_reader_fails(use_lm):
                         "BackgroundDocument": {"background": "Rupert Grint is an actor."}},
                        policy=fast_policy(max_retries=1), sleep=lambda s: None))
     out = EoR(InMemoryRetriever(small_passages()), pool=("Wiki@3", "PK", "ReFree"),
-              encoder=HashEncoder())(question="Who played Ron Weasley?")
+              encoder=SeededEncoder())(question="Who played Ron Weasley?")
     assert "ReFree" in out.failed_members and "ReFree" not in out.member_answers
     assert out.answer == "Rupert Grint" and out.winner in ("Wiki@3", "PK")
     assert any(e.startswith("eor: member ReFree dropped") for e in out.trace["events"])

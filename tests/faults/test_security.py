@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ambiqa.errors import AmbiqaError, ArtifactError
-from tests.faults.conftest import HashEncoder, cli_env, run_cli, small_passages
+from ambiqa.testing import SeededEncoder
+from tests.faults.conftest import cli_env, run_cli, small_passages
 
 pytestmark = pytest.mark.fault("Artifacts / security")
 
@@ -80,8 +81,8 @@ def test_loading_artifacts_and_indexes_never_unpickles(tmp_path, fault_colbert_i
     load_artifact(art)
     BM25Retriever.build(small_passages(), tmp_path / "bm25")
     BM25Retriever.load(tmp_path / "bm25").search("Ron Weasley", 2)
-    DenseRetriever.build(small_passages(), tmp_path / "dense", encoder=HashEncoder())
-    DenseRetriever.load(tmp_path / "dense", encoder=HashEncoder()) \
+    DenseRetriever.build(small_passages(), tmp_path / "dense", encoder=SeededEncoder())
+    DenseRetriever.load(tmp_path / "dense", encoder=SeededEncoder()) \
         if "encoder" in DenseRetriever.load.__code__.co_varnames else \
         DenseRetriever.load(tmp_path / "dense")
     from ambiqa.retrieval.colbert import ColBERTRetriever

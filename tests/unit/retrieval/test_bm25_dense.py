@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
 
 import numpy as np
 import pytest
 
-from ambiqa.errors import ConfigError, DataError, IndexError_
+from ambiqa.errors import ConfigError, DataError, RetrievalIndexError
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.dense import DenseRetriever
+from ambiqa.testing import HashEncoder
 from ambiqa.tracing import track
 from ambiqa.types import Passage
 
@@ -27,26 +27,6 @@ CORPUS = [
     Passage("p8", "Nile", "The Nile is a major north-flowing river in Africa."),
 ]
 QUERIES = ["capital of France", "highest mountain", "who created Python", "river in Africa"]
-
-
-class HashEncoder:
-    """Deterministic bag-of-words encoder (unit vectors) so dense tests need no model."""
-
-    name = "hash-encoder"
-
-    def __init__(self, dim: int = 64) -> None:
-        self.dim = dim
-        self.calls = 0
-
-    def encode(self, texts, batch_size: int = 64):
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().replace(".", " ").replace("'", " ").split():
-                h = int(hashlib.md5(word.encode()).hexdigest(), 16)
-                out[i, h % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
 
 
 def _no_pickle(monkeypatch):
@@ -114,12 +94,12 @@ def test_bm25_fingerprint_depends_on_passages(tmp_path):
 
 
 def test_bm25_missing_or_mismatched_index_is_a_clear_error(tmp_path):
-    with pytest.raises(IndexError_, match="no bm25 index"):
+    with pytest.raises(RetrievalIndexError, match="no bm25 index"):
         BM25Retriever.load(tmp_path / "nothing")
     BM25Retriever.build(CORPUS, tmp_path / "bm25")
     (tmp_path / "bm25" / "passages.jsonl").write_text(
         json.dumps({"id": "x", "title": "", "text": "y"}) + "\n")
-    with pytest.raises(IndexError_, match="does not match"):
+    with pytest.raises(RetrievalIndexError, match="does not match"):
         BM25Retriever.load(tmp_path / "bm25")
     with pytest.raises(DataError, match="zero passages"):
         BM25Retriever.build([], tmp_path / "empty")
@@ -154,12 +134,12 @@ def test_dense_scores_are_inner_products_in_order(tmp_path):
 
 
 def test_dense_errors(tmp_path):
-    with pytest.raises(IndexError_, match="no dense index"):
+    with pytest.raises(RetrievalIndexError, match="no dense index"):
         DenseRetriever.load(tmp_path / "missing")
     BM25Retriever.build(CORPUS, tmp_path / "bm25")
-    with pytest.raises(IndexError_, match="not 'dense'"):
+    with pytest.raises(RetrievalIndexError, match="not 'dense'"):
         DenseRetriever.load(tmp_path / "bm25")
-    with pytest.raises(IndexError_):
+    with pytest.raises(RetrievalIndexError):
         DenseRetriever(CORPUS, np.zeros((3, 4), dtype=np.float32))
 
 

@@ -150,7 +150,7 @@ def test_report_prints_asqa_dr_from_results_with_failed_rows_as_zero(tmp_path, c
 def test_report_renders_a_copy_of_a_real_run_if_present(tmp_path):
     from pathlib import Path
 
-    real = Path(__file__).resolve().parents[2] / "benchmarks/results/compare/asqa/closed_book"
+    real = Path(__file__).resolve().parents[3] / "benchmarks/results/compare/asqa/closed_book"
     if not (real / "results.jsonl").is_file():
         pytest.skip("no real run to render")
     shutil.copytree(real, tmp_path / "run")

@@ -9,7 +9,7 @@ import threading
 import dspy
 import pytest
 
-from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.errors import ArtifactError, ConfigError, RunError
 from ambiqa.evaluation import runner as runner_mod
 from ambiqa.evaluation.runner import ResultsFile, RunSpec, call_with_timeout, evaluate
 
@@ -86,7 +86,7 @@ def test_a_failing_example_is_recorded_not_fatal(tmp_path):
 
 def test_too_many_failures_stop_the_run_keeping_finished_rows(tmp_path):
     spec = RunSpec(program="echo", data="toy:dev:8", metrics=["em"])
-    with pytest.raises(ConfigError, match="examples failed"):
+    with pytest.raises(RunError, match="examples failed"):
         evaluate(EchoProgram(), _examples(8, bad={0, 1, 2, 3}), {"em": _em}, out_dir=tmp_path,
                  spec=spec, progress=False, max_error_rate=0.5)
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
@@ -276,7 +276,7 @@ def test_unwritable_run_directory_is_refused_before_any_work(tmp_path, monkeypat
 def test_too_many_failures_stop_queued_examples_with_threads(tmp_path):
     prog = EchoProgram()
     spec = RunSpec(program="echo", data="toy:dev:40", metrics=["em"])
-    with pytest.raises(ConfigError, match="examples failed"):
+    with pytest.raises(RunError, match="examples failed"):
         evaluate(prog, _examples(40, bad=set(range(40))), {"em": _em}, out_dir=tmp_path,
                  spec=spec, threads=2, progress=False, report=False)
     assert len(prog.calls) < 40  # queued examples were not started once the run stopped

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 
-import numpy as np
 import pytest
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.metrics import exact_match, normalize_answer, token_f1
+from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.programs.eor import EoR, default_pool, similarity_matrices, vote
 from ambiqa.programs.registry import build_program
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import HashEncoder as _HashEncoder
+from ambiqa.testing import answer_words, scripted_lm
 from ambiqa.types import Passage
 
 QUESTION = "What is the capital of France?"
@@ -27,20 +27,8 @@ BM25 = [
 ]
 
 
-class HashEncoder:
-    """Deterministic bag-of-words unit vectors (no model needed)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts, **_):
-        self.calls += 1
-        out = np.zeros((len(texts), 32), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in normalize_answer(text).split():
-                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % 32] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
+# Deterministic bag-of-words unit vectors over answer-normalised tokens (no model needed).
+HashEncoder = functools.partial(_HashEncoder, 32, tokenize=answer_words)
 
 
 def reader(by_marker: dict[str, str]):

@@ -3,8 +3,8 @@ retriever: BFS limits, failed expansions, pruning, dedup, restore, call counts."
 
 from __future__ import annotations
 
+import functools
 import json
-import zlib
 from collections import Counter
 
 import numpy as np
@@ -14,7 +14,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.programs.registry import build_program
 from ambiqa.programs.toc import TreeOfClarifications
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import HashEncoder, alnum_words, scripted_lm
 from ambiqa.types import Passage, SharedResource
 
 AQ = "Who played Weasley in Harry Potter?"
@@ -28,22 +28,8 @@ PASSAGES = [
 ]
 
 
-class FakeEncoder(SharedResource):
-    """Deterministic bag-of-words embeddings (crc32-hashed tokens), unit length."""
-
-    dim = 64
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for tok in "".join(c if c.isalnum() else " " for c in text.lower()).split():
-                out[row, zlib.crc32(tok.encode()) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1.0, norms)
+# Deterministic bag-of-words embeddings (crc32-hashed tokens), unit length.
+FakeEncoder = functools.partial(HashEncoder, 64, tokenize=alnum_words, hash="crc32")
 
 
 def make(**kw) -> TreeOfClarifications:

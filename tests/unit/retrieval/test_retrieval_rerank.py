@@ -4,7 +4,7 @@ than the corpus, over-long queries)."""
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import logging
 
 import numpy as np
@@ -15,6 +15,7 @@ from ambiqa.retrieval.base import InMemoryRetriever, Retriever, check_passages
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.dense import DenseRetriever
 from ambiqa.retrieval.rerank import RerankingRetriever, SentenceReranker
+from ambiqa.testing import HashEncoder
 from ambiqa.types import Passage
 
 CORPUS = [
@@ -25,15 +26,8 @@ CORPUS = [
 ]
 
 
-class BagEncoder:
-    name = "bag"
-
-    def encode(self, texts, batch_size=64):
-        out = np.zeros((len(texts), 512), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in t.lower().replace(".", " ").split():
-                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 512] += 1
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+# Bag-of-words vectors over 512 hashed buckets (the corpus has no apostrophes).
+BagEncoder = functools.partial(HashEncoder, 512, name="bag")
 
 
 def test_sentence_reranker_orders_by_cosine_and_keeps_ties_stable():

@@ -9,12 +9,12 @@ import types
 import pytest
 
 from ambiqa import doctor
-from ambiqa.errors import IndexError_
+from ambiqa.errors import RetrievalIndexError
 from ambiqa.retrieval import colbert as cb
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.sharded import ShardedRetriever
 from ambiqa.types import Passage
-from tests.unit.test_colbert_unit import PASSAGES, fake_index, make_manifest, write_jsonl
+from tests.unit.retrieval.test_colbert_unit import PASSAGES, fake_index, make_manifest, write_jsonl
 
 
 def _lines(**kw):
@@ -154,7 +154,7 @@ def test_sharded_search_merges_by_score():
     assert [p.id for p in s.search("q", 3)] == ["a1", "b1", "a2"]
     assert len(s) == 4 and s.get("b2").text == "w" and s.get("nope") is None
     assert s.batch_search(["q"], 1) == [[a.passages[0]]]
-    with pytest.raises(IndexError_, match="different checkpoints"):
+    with pytest.raises(RetrievalIndexError, match="different checkpoints"):
         ShardedRetriever("wiki", [a, FakeShard([], "ck@2")])
 
 

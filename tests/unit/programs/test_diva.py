@@ -15,8 +15,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.programs.diva import Diva, clean_interpretations
 from ambiqa.programs.query_refinement import QueryRefinementClosedBook
 from ambiqa.programs.registry import build_program
-from ambiqa.retrieval.base import check_query, timed_search
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import KeywordEncoder, ScriptedRetriever, scripted_lm
 from ambiqa.types import Passage
 
 Q = "Who played the Weasley brothers in Harry Potter?"
@@ -38,46 +37,15 @@ PASSAGES = {
 }
 
 
-class RecordingRetriever:
-    """Returns scripted passage ids per query and records every search."""
-
-    name = "recording"
-    fingerprint = "recording:test"
-
-    def __init__(self, results: dict[str, list[str]], default: Sequence[str] = ()) -> None:
-        self.results = results
-        self.default = list(default)
-        self.searches: list[tuple[str, int]] = []
-
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        query, k = check_query(query, k)
-        with timed_search(self.name, query, k):
-            self.searches.append((query, k))
-            ids = self.results.get(query, self.default)[:k]
-            return [PASSAGES[i].with_score(1.0 / (r + 1)) for r, i in enumerate(ids)]
-
-    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        return [self.search(q, k) for q in queries]
-
-    def get(self, pid: str) -> Passage | None:
-        return PASSAGES.get(pid)
+def recording_retriever(results: dict[str, list[str]],
+                        default: Sequence[str] = ()) -> ScriptedRetriever:
+    """Scripted passage ids per query over PASSAGES; records every search."""
+    return ScriptedRetriever(PASSAGES, results, default)
 
 
-class FakeEncoder:
-    """``encode`` looks each text up by a key it contains; unknown texts get ``fallback``."""
-
-    def __init__(self, vectors: dict[str, Sequence[float]], dim: int = 3) -> None:
-        self.vectors = {k: np.asarray(v, dtype=np.float32) for k, v in vectors.items()}
-        self.fallback = np.ones(dim, dtype=np.float32)
-        self.batches: list[list[str]] = []
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.batches.append(list(texts))
-        rows = []
-        for t in texts:
-            match = [v for k, v in self.vectors.items() if k in t]
-            rows.append(match[0] if match else self.fallback)
-        return np.stack(rows) if rows else np.zeros((0, len(self.fallback)), dtype=np.float32)
+def fake_encoder(vectors: dict[str, Sequence[float]], dim: int = 3) -> KeywordEncoder:
+    """Looks each text up by a key it contains; unknown texts get a vector of ones."""
+    return KeywordEncoder(vectors, fallback=[1.0] * dim)
 
 
 def _value(inp: dict, name: str) -> str:
@@ -102,13 +70,13 @@ def _handlers(readings: list[str], supported: set[str], kind: str = "AmbObj") ->
     }
 
 
-def _retriever() -> RecordingRetriever:
-    return RecordingRetriever({RON: ["ron", "both"], PERCY: ["percy", "both"],
+def _retriever() -> ScriptedRetriever:
+    return recording_retriever({RON: ["ron", "both"], PERCY: ["percy", "both"],
                                FRED: ["fred", "noise"], Q: ["both", "noise"]})
 
 
 def _diva(**kw) -> Diva:
-    kw.setdefault("encoder", FakeEncoder({}))
+    kw.setdefault("encoder", fake_encoder({}))
     return Diva(kw.pop("retriever", None) or _retriever(), **kw)
 
 
@@ -202,13 +170,13 @@ def test_verifications_run_concurrently(use_lm, monkeypatch):
 
 def test_pruning_keeps_highest_mean_cosine_not_highest_max():
     # The two interpretations are orthogonal; "both" sits between them.
-    encoder = FakeEncoder({
+    encoder = fake_encoder({
         RON: [1, 0, 0], PERCY: [0, 1, 0],
         PASSAGES["ron"].text: [1, 0, 0], PASSAGES["both"].text: [1, 1, 0],
         PASSAGES["fred"].text: [0.99, 0.0, 0.141], PASSAGES["noise"].text: [0, 0, 1],
         PASSAGES["percy"].text: [0.2, 0.8, 0.56],
     })
-    prog = Diva(RecordingRetriever({}), top_k=2, encoder=encoder)
+    prog = Diva(recording_retriever({}), top_k=2, encoder=encoder)
     pool = [PASSAGES[i] for i in ["noise", "fred", "ron", "percy", "both"]]
     kept = prog.prune([RON, PERCY], pool)
     scores = {p.id: p.score for p in kept}
@@ -224,7 +192,7 @@ def test_pruning_keeps_highest_mean_cosine_not_highest_max():
 
 def test_pruning_in_the_program_uses_all_interpretations(use_lm):
     use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON, PERCY})))
-    encoder = FakeEncoder({
+    encoder = fake_encoder({
         RON: [1, 0, 0], PERCY: [0, 1, 0],
         PASSAGES["ron"].text: [1, 0, 0], PASSAGES["percy"].text: [0, 1, 0],
         PASSAGES["both"].text: [1, 1, 0],
@@ -236,20 +204,20 @@ def test_pruning_in_the_program_uses_all_interpretations(use_lm):
 
 def test_union_dedupes_passage_ids(use_lm):
     use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
-    encoder = FakeEncoder({})
+    encoder = fake_encoder({})
     out = _diva(encoder=encoder, top_k=10)(question=Q)
     ids = [p["id"] for p in out.passages]
     assert sorted(ids) == ["both", "percy", "ron"]  # "both" was retrieved twice
     assert out.pool_size == 3
     # the encoder scored each unique passage once
-    passage_batches = [b for b in encoder.batches if any("Title" in t for t in b)]
+    passage_batches = [b for b in encoder.calls if any("Title" in t for t in b)]
     assert len(passage_batches) == 1 and len(passage_batches[0]) == 3
 
 
 def test_candidate_pool_mode_reranks_the_question_pool(use_lm):
     use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON, PERCY})))
-    retriever = RecordingRetriever({Q: ["noise", "fred", "ron", "percy", "both"]})
-    encoder = FakeEncoder({
+    retriever = recording_retriever({Q: ["noise", "fred", "ron", "percy", "both"]})
+    encoder = fake_encoder({
         RON: [1, 0, 0], PERCY: [0, 1, 0],
         PASSAGES["ron"].text: [1, 0, 0], PASSAGES["percy"].text: [0, 1, 0],
         PASSAGES["both"].text: [1, 1, 0], PASSAGES["fred"].text: [0, 0, 1],
@@ -263,7 +231,7 @@ def test_candidate_pool_mode_reranks_the_question_pool(use_lm):
 
 def test_no_passages_is_useless_without_verification_calls(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
-    out = _diva(retriever=RecordingRetriever({}))(question=Q)
+    out = _diva(retriever=recording_retriever({}))(question=Q)
     assert out.verdict == "Useless" and out.path == "closed_book"
     assert lm.engine.count("VerifyRetrieval") == 0
     assert any("no passages" in e for e in out.trace["events"])
@@ -301,7 +269,7 @@ def test_skip_unambiguous_option_gives_a_single_interpretation(use_lm):
     handlers["ClarifyFromPassages"] = {"pairs": [
         {"question": question, "answer": "Paris", "passage": 1}]}
     lm = use_lm(scripted_lm(handlers))
-    retriever = RecordingRetriever({question: ["noise"]})
+    retriever = recording_retriever({question: ["noise"]})
     out = _diva(retriever=retriever, skip_unambiguous=True)(question=question)
     assert out.ambiguity_type == "None"
     assert out.pseudo_interpretations == [question]
@@ -419,7 +387,7 @@ def test_verification_prompt_puts_the_shared_passages_before_the_interpretation(
 
 def test_verification_reads_the_pruned_set_not_the_union(use_lm):
     """Eq. 7 verifies P_i (after eq. 5), not the union of eq. 4."""
-    encoder = FakeEncoder({
+    encoder = fake_encoder({
         RON: [1, 0, 0], PERCY: [0, 1, 0],
         PASSAGES["ron"].text: [1, 0, 0], PASSAGES["percy"].text: [0, 1, 0],
         PASSAGES["both"].text: [1, 1, 0],
@@ -509,7 +477,7 @@ def test_config_and_bad_settings():
 def test_diva_needs_a_retriever(use_lm):
     use_lm(scripted_lm(_handlers([RON], supported={RON})))
     with pytest.raises(ConfigError, match="needs a retriever"):
-        Diva(encoder=FakeEncoder({}))(question=Q)
+        Diva(encoder=fake_encoder({}))(question=Q)
 
 
 def test_deepcopy_shares_the_encoder():
@@ -517,10 +485,10 @@ def test_deepcopy_shares_the_encoder():
 
     from ambiqa.types import SharedResource
 
-    class SharedFake(FakeEncoder, SharedResource):
+    class SharedFake(KeywordEncoder, SharedResource):
         pass
 
-    enc = SharedFake({})
+    enc = SharedFake({}, fallback=[1.0, 1.0, 1.0])
     prog = Diva(_retriever(), encoder=enc)
     assert copy.deepcopy(prog).encoder is enc
     assert prog.deepcopy().encoder is enc  # what teleprompters call

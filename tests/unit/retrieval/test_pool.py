@@ -20,6 +20,7 @@ from ambiqa.retrieval.pool import (
     parse_spec,
     run_spec,
 )
+from ambiqa.testing import CountingRetriever
 from ambiqa.types import Passage
 
 
@@ -125,17 +126,6 @@ CORPUS = [
     Passage("p3", "Berlin", "Berlin is the capital of Germany."),
     Passage("p4", "Rome", "Rome is the capital of Italy."),
 ]
-
-
-class CountingRetriever(InMemoryRetriever):
-    def __init__(self, passages, name="memory"):
-        super().__init__(passages)
-        self.name = name
-        self.calls: list[tuple[str, int]] = []
-
-    def search(self, query, k=5):
-        self.calls.append((query, k))
-        return super().search(query, k)
 
 
 class ReverseEncoder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -20,11 +21,16 @@ from ambiqa.optimizers.artifact import load_artifact, read_artifact
 from ambiqa.optimizers.knn import KNNPredict
 from ambiqa.optimizers.tune import TuneConfig, redact_url, tune
 from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.testing import HashEncoder as _HashEncoder
+from ambiqa.testing import answer_words
 from ambiqa.testing import vanilla_rag_lm as _fake_lm
-from tests.unit.test_optim_compile import HashEncoder
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
+
+
+# Bag-of-words unit vectors over answer-normalised tokens, as in test_optim_compile.
+HashEncoder = functools.partial(_HashEncoder, 64, tokenize=answer_words)
 
 @pytest.fixture()
 def demo_retriever():

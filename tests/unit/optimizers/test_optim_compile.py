@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import inspect
 import json
 import math
 
-import numpy as np
 import pytest
 
 from ambiqa.data import demo_corpus_path, load_corpus, load_dataset
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.evaluation.registry import dspy_metric
 from ambiqa.optimizers.artifact import load_artifact, save_artifact
 from ambiqa.optimizers.budget import Budget
@@ -22,26 +20,11 @@ from ambiqa.optimizers.recipes import RECIPES, get_recipe, split_train, usable_e
 from ambiqa.programs.registry import PROGRAMS, build_program, program_class
 from ambiqa.programs.vanilla_rag import VanillaRAG
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm, titles_as_answers, vanilla_rag_lm
+from ambiqa.testing import HashEncoder as _HashEncoder
+from ambiqa.testing import answer_words, scripted_lm, titles_as_answers, vanilla_rag_lm
 
-
-class HashEncoder:
-    """Deterministic bag-of-words unit vectors (no model needed)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts, **_):
-        self.calls += 1
-        out = np.zeros((len(texts), 64), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in normalize_answer(text).split():
-                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
-
-    def __deepcopy__(self, memo):
-        return self
+# Deterministic bag-of-words unit vectors over answer-normalised tokens (no model needed).
+HashEncoder = functools.partial(_HashEncoder, 64, tokenize=answer_words)
 
 
 @pytest.fixture()

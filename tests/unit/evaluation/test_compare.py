@@ -17,7 +17,7 @@ from ambiqa.evaluation.compare import compare_runs
 from ambiqa.evaluation.runner import ResultsFile
 from ambiqa.testing import scripted_lm
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _write_run(d, program, data, scores, lm_calls=1):

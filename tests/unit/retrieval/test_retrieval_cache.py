@@ -12,57 +12,46 @@ from pathlib import Path
 import pytest
 
 from ambiqa.errors import ConfigError
-from ambiqa.retrieval.base import InMemoryRetriever, Retriever
+from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.cache import CachedRetriever, RetrievalCache, cached
+from ambiqa.testing import CountingRetriever
 from ambiqa.types import Passage
 
 CORPUS = [Passage(f"p{i}", f"T{i}", f"passage number {i} about topic {i % 3}") for i in range(12)]
 
 
-class CountingRetriever(InMemoryRetriever):
-    def __init__(self, passages, fingerprint="fp-1"):
-        super().__init__(passages)
-        self.calls = 0
-        self._fp = fingerprint
-        self._lock = threading.Lock()
-
-    @property
-    def fingerprint(self):
-        return self._fp
-
-    def search(self, query, k=5):
-        with self._lock:
-            self.calls += 1
-        return super().search(query, k)
+def counting(passages, fingerprint="fp-1") -> CountingRetriever:
+    """An in-memory retriever with a fixed fingerprint that records every search."""
+    return CountingRetriever(passages, fingerprint=fingerprint)
 
 
 def test_second_search_is_served_from_disk_even_by_a_new_instance(tmp_path):
-    base = CountingRetriever(CORPUS)
+    base = counting(CORPUS)
     first = CachedRetriever(base, tmp_path)
     assert isinstance(first, Retriever)
     hits = first.search("topic 1", 3)
-    assert base.calls == 1 and first.search("topic 1", 3) == hits and base.calls == 1
+    assert len(base.calls) == 1 and first.search("topic 1", 3) == hits and len(base.calls) == 1
     again = CachedRetriever(base, RetrievalCache(tmp_path))  # fresh memory layer
-    assert again.search("topic 1", 3) == hits and base.calls == 1
+    assert again.search("topic 1", 3) == hits and len(base.calls) == 1
     assert again.cache.stats() == {"hits": 1, "misses": 0}
     # k and the query are part of the key
     again.search("topic 1", 4)
     again.search("topic 2", 3)
-    assert base.calls == 3
+    assert len(base.calls) == 3
     assert first.fingerprint == base.fingerprint and first.name == base.name
 
 
 def test_fingerprint_change_invalidates(tmp_path):
     cache = RetrievalCache(tmp_path)
-    a = CountingRetriever(CORPUS, "fp-a")
-    b = CountingRetriever(CORPUS, "fp-b")
+    a = counting(CORPUS, "fp-a")
+    b = counting(CORPUS, "fp-b")
     CachedRetriever(a, cache).search("topic", 2)
     CachedRetriever(b, cache).search("topic", 2)
-    assert a.calls == b.calls == 1
+    assert len(a.calls) == len(b.calls) == 1
 
 
 def test_entries_are_plain_json_and_corrupt_ones_are_misses(tmp_path):
-    base = CountingRetriever(CORPUS)
+    base = counting(CORPUS)
     c = CachedRetriever(base, RetrievalCache(tmp_path, memory_items=0))
     hits = c.search("number 5", 2)
     files = list(Path(tmp_path).rglob("*.json"))
@@ -70,13 +59,13 @@ def test_entries_are_plain_json_and_corrupt_ones_are_misses(tmp_path):
     data = json.loads(files[0].read_text())
     assert data["query"] == "number 5" and data["k"] == 2 and data["fingerprint"] == "fp-1"
     files[0].write_text("{not json")
-    assert c.search("number 5", 2) == hits and base.calls == 2  # recomputed and rewritten
-    assert c.search("number 5", 2) == hits and base.calls == 2
+    assert c.search("number 5", 2) == hits and len(base.calls) == 2  # recomputed and rewritten
+    assert c.search("number 5", 2) == hits and len(base.calls) == 2
     assert not list(Path(tmp_path).rglob("*.tmp"))
 
 
 def test_batch_search_mixes_hits_and_misses(tmp_path):
-    base = CountingRetriever(CORPUS)
+    base = counting(CORPUS)
     c = cached(base, tmp_path)
     assert cached(c) is c
     c.search("topic 0", 3)
@@ -89,7 +78,7 @@ def test_batch_search_mixes_hits_and_misses(tmp_path):
 
 
 def test_threads_share_one_cache_safely(tmp_path):
-    base = CountingRetriever(CORPUS)
+    base = counting(CORPUS)
     c = CachedRetriever(base, tmp_path)
     queries = [f"topic {i % 4}" for i in range(64)]
     results: dict[int, list] = {}

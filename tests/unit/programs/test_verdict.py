@@ -14,8 +14,7 @@ from ambiqa.programs.verdict import (
     medoid,
     merge_close_clusters,
 )
-from ambiqa.retrieval.base import timed_search
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import FixedRetriever, KeywordEncoder, scripted_lm
 from ambiqa.types import Passage
 
 QUESTION = "Who played the Weasley brother in Harry Potter?"
@@ -23,46 +22,6 @@ QUESTION = "Who played the Weasley brother in Harry Potter?"
 
 def _passage(pid: str, text: str) -> Passage:
     return Passage(pid, f"Title {pid}", text)
-
-
-class RecordingRetriever:
-    """Returns its passages in order and records every search."""
-
-    name = "recording"
-    fingerprint = "recording:test"
-
-    def __init__(self, passages: list[Passage]) -> None:
-        self.passages = passages
-        self.calls: list[tuple[str, int]] = []
-
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        with timed_search(self.name, query, k):
-            self.calls.append((query, k))
-            return self.passages[:k]
-
-    def batch_search(self, queries, k=5):
-        return [self.search(q, k) for q in queries]
-
-    def get(self, pid: str) -> Passage | None:
-        return next((p for p in self.passages if p.id == pid), None)
-
-
-class FakeEncoder:
-    """Maps a text to the vector of the first key it contains; records what it was asked."""
-
-    def __init__(self, table: dict[str, list[float]]) -> None:
-        self.table = table
-        self.calls: list[list[str]] = []
-
-    def encode(self, texts):
-        self.calls.append(list(texts))
-        out = []
-        for text in texts:
-            key = next((k for k in self.table if k in text), None)
-            if key is None:
-                raise AssertionError(f"no vector for {text!r}")
-            out.append(self.table[key])
-        return np.asarray(out, dtype=np.float32)
 
 
 def _pid(inputs: dict[str, str]) -> str:
@@ -121,8 +80,8 @@ def _lm(pairs=None, **extra):
 
 def test_one_retrieval_and_one_interpret_call_per_passage(use_lm):
     lm = use_lm(_lm())
-    retriever = RecordingRetriever(PASSAGES)
-    prog = VerDICt(retriever, n_passages=9, rerank_depth=0, encoder=FakeEncoder(VECTORS))
+    retriever = FixedRetriever(PASSAGES)
+    prog = VerDICt(retriever, n_passages=9, rerank_depth=0, encoder=KeywordEncoder(VECTORS))
     out = prog(question=QUESTION)
 
     assert retriever.calls == [("Weasley actors Harry Potter", 9)]  # relaxed query, once
@@ -141,8 +100,8 @@ def test_one_retrieval_and_one_interpret_call_per_passage(use_lm):
 
 def test_abstains_are_excluded_and_counted(use_lm):
     use_lm(_lm())
-    encoder = FakeEncoder(VECTORS)
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+    encoder = KeywordEncoder(VECTORS)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
                   encoder=encoder)(question=QUESTION)
     # p8 abstains explicitly; p9n says abstain=False but gives no interpretation ("none").
     assert out.n_abstained == 2 and out.n_dropped == 0
@@ -152,8 +111,8 @@ def test_abstains_are_excluded_and_counted(use_lm):
 
 def test_embeds_interpretation_joined_with_answer(use_lm):
     use_lm(_lm())
-    encoder = FakeEncoder(VECTORS)
-    VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+    encoder = KeywordEncoder(VECTORS)
+    VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
             encoder=encoder)(question=QUESTION)
     assert encoder.calls[0][0] == embedding_text("Who played Fred a?", "James Phelps")
     assert encoder.calls[0][0] == "Who played Fred a? James Phelps"
@@ -172,9 +131,9 @@ def test_program_keeps_medoids_and_cites_their_passages(use_lm):
     fred = {"Fred a": [1.0, 0.3, 0.0, 0.0], "Fred b": [1.0, 0.0, 0.3, 0.0],
             "Fred c": [1.0, 0.15, 0.15, 0.0]}
     use_lm(_lm())
-    retriever = RecordingRetriever(PASSAGES)
+    retriever = FixedRetriever(PASSAGES)
     out = VerDICt(retriever, n_passages=9, rerank_depth=0,
-                  encoder=FakeEncoder({**fred, **PERCY, **RON}))(question=QUESTION)
+                  encoder=KeywordEncoder({**fred, **PERCY, **RON}))(question=QUESTION)
     got = {(i["answer"], tuple(i["passages"])) for i in out.interpretations}
     assert ("James Phelps", ("p3",)) in got
     assert {a for a, _ in got} == {"James Phelps", "Chris Rankin"}  # Ron is noise: dropped
@@ -189,8 +148,8 @@ def test_program_keeps_medoids_and_cites_their_passages(use_lm):
 
 def test_long_answer_reads_only_the_cited_passages(use_lm):
     lm = use_lm(_lm())
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
-                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  encoder=KeywordEncoder(VECTORS))(question=QUESTION)
     assert out.answer == "Several Weasleys were played by different actors."
     (inputs,) = [inp for key, inp in lm.engine.calls if key == "WriteLongAnswer"]
     cited = {pid for i in out.interpretations for pid in i["passages"]}
@@ -205,9 +164,9 @@ def test_long_answer_reads_only_the_cited_passages(use_lm):
 ])
 def test_conservativeness_changes_noise_handling(use_lm, mode, answers):
     use_lm(_lm())
-    prog = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+    prog = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
                    conservativeness=mode,
-                   encoder=FakeEncoder(VECTORS))
+                   encoder=KeywordEncoder(VECTORS))
     assert prog.config()["conservativeness"] == mode
     out = prog(question=QUESTION)
     assert [i["answer"] for i in out.interpretations] == answers
@@ -243,8 +202,8 @@ def test_unparseable_reply_drops_only_that_passage(use_lm):
     pairs = dict(PAIRS)
     pairs["p2"] = "garbled output with no fields at all"
     use_lm(_lm(pairs))
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
-                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  encoder=KeywordEncoder(VECTORS))(question=QUESTION)
     assert out.n_dropped == 1 and out.n_abstained == 2
     assert [c["passage"] for c in out.candidates] == ["p1", "p3", "p4", "p5", "p6", "p7"]
     assert any("verdict.interpret[p2]" in e for e in out.trace["events"])
@@ -253,8 +212,8 @@ def test_unparseable_reply_drops_only_that_passage(use_lm):
 
 def test_all_abstain_falls_back_to_closed_book_ungrounded(use_lm):
     lm = use_lm(_lm({pid: None for pid in PAIRS}))
-    encoder = FakeEncoder(VECTORS)
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0, encoder=encoder)(
+    encoder = KeywordEncoder(VECTORS)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0, encoder=encoder)(
         question=QUESTION)
     assert out.interpretations == [] and out.candidates == []
     assert out.grounded is False and out.n_abstained == 9
@@ -269,8 +228,8 @@ def test_single_candidate_skips_clustering(use_lm):
     pairs = {pid: None for pid in PAIRS}
     pairs["p4"] = ("Who played Percy a?", "Chris Rankin")
     use_lm(_lm(pairs))
-    encoder = FakeEncoder(VECTORS)
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0, encoder=encoder)(
+    encoder = KeywordEncoder(VECTORS)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0, encoder=encoder)(
         question=QUESTION)
     assert encoder.calls == []
     assert out.interpretations == [{"question": "Who played Percy a?", "answer": "Chris Rankin",
@@ -280,9 +239,9 @@ def test_single_candidate_skips_clustering(use_lm):
 
 def test_failed_relaxation_searches_the_question(use_lm):
     use_lm(_lm(RelaxQuery="no fields"))
-    retriever = RecordingRetriever(PASSAGES)
+    retriever = FixedRetriever(PASSAGES)
     out = VerDICt(retriever, n_passages=3, rerank_depth=0,
-                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+                  encoder=KeywordEncoder(VECTORS))(question=QUESTION)
     assert retriever.calls == [(QUESTION, 3)]
     assert out.relaxed_query == QUESTION
     assert any("verdict.relax" in e for e in out.trace["events"])
@@ -290,8 +249,8 @@ def test_failed_relaxation_searches_the_question(use_lm):
 
 def test_short_mode_writes_no_long_answer(use_lm):
     lm = use_lm(_lm())
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
-                  long_answer=False, encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  long_answer=False, encoder=KeywordEncoder(VECTORS))(question=QUESTION)
     assert lm.engine.count("WriteLongAnswer") == 0
     assert "James Phelps" in out.answer and "Chris Rankin" in out.answer
 
@@ -299,13 +258,13 @@ def test_short_mode_writes_no_long_answer(use_lm):
 def test_duplicate_pairs_are_kept_once(use_lm):
     pairs = {pid: ("Who played Ron?", "Rupert Grint") for pid in PAIRS}
     use_lm(_lm(pairs))
-    out = VerDICt(RecordingRetriever(PASSAGES), n_passages=9, rerank_depth=0,
-                  conservativeness="recall", encoder=FakeEncoder(VECTORS))(question=QUESTION)
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  conservativeness="recall", encoder=KeywordEncoder(VECTORS))(question=QUESTION)
     assert [i["answer"] for i in out.interpretations] == ["Rupert Grint"]
 
 
 def test_config_and_registry():
-    prog = build_program("verdict", retriever=RecordingRetriever(PASSAGES), n_passages=6)
+    prog = build_program("verdict", retriever=FixedRetriever(PASSAGES), n_passages=6)
     assert isinstance(prog, VerDICt)
     assert prog.config() == {"n_passages": 6, "min_cluster_size": 2,
                              "conservativeness": "balanced", "long_answer": True,
@@ -328,7 +287,7 @@ def test_bad_settings_are_clear_errors(bad):
 def test_missing_retriever_is_a_clear_error(use_lm):
     use_lm(_lm())
     with pytest.raises(ConfigError, match="needs a retriever"):
-        VerDICt(encoder=FakeEncoder(VECTORS))(question=QUESTION)
+        VerDICt(encoder=KeywordEncoder(VECTORS))(question=QUESTION)
 
 
 # ---- one reading, one interpretation (issue 12 item 11) --------------------------------------
@@ -349,8 +308,8 @@ def test_a_blob_of_paraphrases_is_one_interpretation_in_every_mode(use_lm, mode)
     passages = [_passage(pid, f"text of {pid}") for pid in pairs] + [
         _passage("p8", "x"), _passage("p9n", "y")]
     use_lm(_lm(pairs))
-    out = VerDICt(RecordingRetriever(passages), n_passages=9, rerank_depth=0,
-                  conservativeness=mode, encoder=FakeEncoder(PARAPHRASES))(question=QUESTION)
+    out = VerDICt(FixedRetriever(passages), n_passages=9, rerank_depth=0,
+                  conservativeness=mode, encoder=KeywordEncoder(PARAPHRASES))(question=QUESTION)
     assert len(out.interpretations) == 1
     assert len({c["cluster"] for c in out.candidates}) == 1
 
@@ -380,10 +339,10 @@ class ReverseReranker:
 
 def test_second_stage_reranks_the_deeper_pool_to_n_passages(use_lm):
     lm = use_lm(_lm())
-    retriever = RecordingRetriever(PASSAGES)
+    retriever = FixedRetriever(PASSAGES)
     reranker = ReverseReranker()
     out = VerDICt(retriever, n_passages=3, rerank_depth=9, reranker=reranker,
-                  encoder=FakeEncoder(VECTORS))(question=QUESTION)
+                  encoder=KeywordEncoder(VECTORS))(question=QUESTION)
     assert retriever.calls == [("Weasley actors Harry Potter", 9)]
     assert reranker.calls == [("Weasley actors Harry Potter", [p.id for p in PASSAGES], 3)]
     assert [p["id"] for p in out.passages] == ["p9n", "p8", "p7"]
@@ -394,7 +353,7 @@ def test_second_stage_reranks_the_deeper_pool_to_n_passages(use_lm):
 def test_reranking_is_on_by_default_with_the_sentence_reranker():
     from ambiqa.retrieval.rerank import SentenceReranker
 
-    prog = VerDICt(RecordingRetriever(PASSAGES))
+    prog = VerDICt(FixedRetriever(PASSAGES))
     assert prog.rerank_depth == 100 and prog.n_passages == 20
     assert isinstance(prog.reranker, SentenceReranker)
 

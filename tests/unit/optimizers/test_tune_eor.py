@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -14,15 +15,19 @@ from ambiqa.errors import ConfigError
 from ambiqa.optimizers import eor_weights as ew
 from ambiqa.programs.eor import POOLINGS, EoR, similarity_matrices, vote
 from ambiqa.retrieval.base import InMemoryRetriever
-from ambiqa.testing import scripted_lm
+from ambiqa.testing import HashEncoder as _HashEncoder
+from ambiqa.testing import answer_words, scripted_lm
 from ambiqa.tracing import track
 from ambiqa.types import Passage
-from tests.unit.test_optim_compile import HashEncoder
 
 MEMBERS = ["Wiki@10", "Wiki@RR@5", "BM25@5", "PK", "ReFree"]
 # chance that a member answers right; PK and ReFree agree on the same wrong answer often
 SKILL = {"Wiki@10": 0.8, "Wiki@RR@5": 0.6, "BM25@5": 0.5, "PK": 0.1, "ReFree": 0.1}
 
+
+
+# Bag-of-words unit vectors over answer-normalised tokens, as in test_optim_compile.
+HashEncoder = functools.partial(_HashEncoder, 64, tokenize=answer_words)
 
 def synthetic_rows(n: int, seed: int = 0, drop: float = 0.1, prefix: str = "q") -> list[dict]:
     rng = random.Random(seed)
