@@ -41,7 +41,7 @@ from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
 from ambiqa.fsutil import atomic_write_text  # noqa: E402
 
 DEFAULT_ROOT = HERE / "results" / "compare"
-ASQA_METRICS = ("str-em", "rouge-l", "d-f1", "dr")
+ASQA_METRICS = ("str-em", "rouge-l", "d-f1", "dr", "mrecall@5")
 SHORT_METRICS = ("em", "f1")
 
 

@@ -408,9 +408,33 @@ def spec_differences(old: dict[str, Any], spec: RunSpec,
             continue
         if now in ({}, []):
             now = None
+        if key == "program_config" and was and now:
+            was = _with_added_defaults(spec.program, was, now)
         if was != now:
             out.append(f"{label}: stored {_show(was)}, now {_show(now)}")
     return out
+
+
+def _with_added_defaults(program: str, was: dict[str, Any],
+                         now: dict[str, Any]) -> dict[str, Any]:
+    """``was`` plus each setting a newer ambiqa added to ``program`` since the run was stored,
+    at the value the constructor defaults it to: a run made before the setting existed
+    behaved as that default (e.g. ``answer_form="long"``), so resuming it is sound. A new
+    setting at any other value still counts as a difference."""
+    import inspect
+
+    from ambiqa.programs.registry import program_class
+
+    try:
+        params = inspect.signature(program_class(program).__init__).parameters
+    except Exception:  # an artifact path or unknown program: compare as stored
+        return was
+    filled = dict(was)
+    for name, value in now.items():
+        param = params.get(name)
+        if name not in was and param is not None and param.default == value:
+            filled[name] = value
+    return filled
 
 
 def _show(value: Any) -> str:

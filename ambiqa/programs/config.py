@@ -13,6 +13,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from ambiqa.checks import check_int
+from ambiqa.errors import ConfigError
+
+#: the answer forms of the baselines: an ASQA paragraph, or a few words (EM/F1 data sets)
+ANSWER_FORMS = ("long", "short")
 
 
 def int_field(default: int | None, minimum: int = 1, *, none_ok: bool = False,
@@ -20,6 +24,11 @@ def int_field(default: int | None, minimum: int = 1, *, none_ok: bool = False,
     """A dataclass field holding an integer >= ``minimum`` (or None where ``none_ok``)."""
     return field(default=default, metadata={"minimum": minimum, "none_ok": none_ok,
                                             "hint": hint})
+
+
+def answer_form_field(default: str = "long") -> Any:
+    """A dataclass field holding one of :data:`ANSWER_FORMS` (checked on construction)."""
+    return field(default=default, metadata={"choices": ANSWER_FORMS})
 
 
 def bool_field(default: bool) -> Any:
@@ -39,6 +48,10 @@ class ProgramConfig:
             value = getattr(self, f.name)
             if f.metadata.get("bool"):
                 object.__setattr__(self, f.name, bool(value))
+            elif "choices" in f.metadata and value not in f.metadata["choices"]:
+                raise ConfigError(
+                    f"{self.label}{f.name} must be one of {', '.join(f.metadata['choices'])}, "
+                    f"got {value!r}")
             elif "minimum" in f.metadata:
                 check_int(f"{self.label}{f.name}", value, f.metadata["minimum"],
                           none_ok=f.metadata["none_ok"], hint=f.metadata["hint"])

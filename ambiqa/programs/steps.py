@@ -5,6 +5,8 @@
 * :class:`LongAnswerStep` -- the final ASQA paragraph from the interpretations and passages.
 * :class:`ClosedBookStep` -- the long answer with no passages (closed-book baseline, Diva's
   Useless path).
+* :class:`ShortAnswerStep` -- a few words, from passages or from memory (the short-answer mode
+  of the closed-book and vanilla RAG baselines on HotpotQA, NQ and WebQ).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import dspy
 
 from ambiqa.programs.base import format_pairs, format_passages, safe_step
-from ambiqa.signatures.answering import ClosedBookLongAnswer, WriteLongAnswer
+from ambiqa.signatures.answering import ClosedBookLongAnswer, ShortAnswer, WriteLongAnswer
 from ambiqa.signatures.disambiguation import ClarifyFromPassages
 from ambiqa.types import Interpretation, Passage
 
@@ -85,3 +87,22 @@ class ClosedBookStep(dspy.Module):
         pred = safe_step("closed_book", lambda: self.answer(
             question=question, config=self.lm_config), None)
         return "" if pred is None else str(pred.long_answer or "").strip()
+
+
+class ShortAnswerStep(dspy.Module):
+    """A short answer (a name, date or number) from ``passages``, or from memory when none.
+
+    The data sets scored by EM/F1 against a few gold words (HotpotQA, NQ, WebQ) need this
+    form: a long paragraph scored there measures the format, not the retrieval.
+    """
+
+    def __init__(self, lm_config: Config = None) -> None:
+        super().__init__()
+        self.lm_config = dict(lm_config or {})
+        self.answer = dspy.Predict(ShortAnswer)
+
+    def forward(self, question: str, passages: list[Passage]) -> str:
+        pred = safe_step("short_answer", lambda: self.answer(
+            question=question, passages=format_passages(passages), config=self.lm_config),
+            None)
+        return "" if pred is None else _clean(pred.answer)

@@ -1,38 +1,61 @@
 """Vanilla RAG for ambiguous questions (the retrieval baseline of Diva, ToC and VerDICt).
 
+Long form (default, ASQA):
+
 1. retrieve the top-k passages for the question as asked;
 2. clarify: extract disambiguated question / answer pairs from those passages, each citing
    the passage it came from;
 3. write the long answer covering the pairs.
 
-Two LM calls and one retriever call per question. Faithfulness table:
+Two LM calls and one retriever call per question.
+
+Short form (``answer_form="short"``; HotpotQA, NQ, WebQ): retrieve the top-k passages, then
+one LM call answers in a few words from them -- the standard retrieve-then-read baseline
+(EoR's single-retriever setting, IRCoT's "one-step retrieval"). Faithfulness table:
 ``docs/methods.md#baselines``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ambiqa.programs.base import AmbiqaProgram
-from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
+from ambiqa.programs.config import ProgramConfig, answer_form_field, int_field
+from ambiqa.programs.steps import ClarifyStep, LongAnswerStep, ShortAnswerStep
+
+
+@dataclass(frozen=True)
+class VanillaRAGConfig(ProgramConfig):
+    """``k`` passages; ``answer_form`` "long" (default) or "short"."""
+
+    label = "vanilla_rag: "
+    k: int = int_field(5)
+    answer_form: str = answer_form_field()
 
 
 class VanillaRAG(AmbiqaProgram):
     name = "vanilla_rag"
-    # minimal dependent LM rounds per question: clarify -> long answer
+    # minimal dependent LM rounds per question: clarify -> long answer (short form: 1)
     min_lm_rounds = 2
 
-    def __init__(self, retriever=None, k: int = 5) -> None:
+    def __init__(self, retriever=None, k: int = 5, answer_form: str = "long") -> None:
         super().__init__(retriever)
-        self.k = k
-        self.clarify = ClarifyStep()
-        self.long_answer = LongAnswerStep()
-
-    def config(self) -> dict[str, Any]:
-        return {"k": self.k}
+        self.use_config(VanillaRAGConfig(k=k, answer_form=answer_form))
+        self.answer_style = answer_form
+        # Only the predictors the form uses exist (see ClosedBook).
+        if answer_form == "short":
+            self.min_lm_rounds = 1
+            self.short_answer = ShortAnswerStep()
+        else:
+            self.clarify = ClarifyStep()
+            self.long_answer = LongAnswerStep()
 
     def run(self, question: str) -> dict[str, Any]:
         passages = self.require_retriever().search(question, self.k)
+        if self.answer_form == "short":
+            return {"interpretations": [], "passages": passages,
+                    "answer": self.short_answer(question=question, passages=passages)}
         pairs = self.clarify(question=question, passages=passages)
         answer = self.long_answer(question=question, pairs=pairs, passages=passages)
         return {"interpretations": pairs, "answer": answer, "passages": passages}

@@ -383,3 +383,17 @@ def test_a_resume_asking_for_fewer_examples_keeps_the_larger_spec(tmp_path):
     assert prog.calls == [] and summary["n"] == 5
     # run.json still describes what results.jsonl holds: five examples, not three
     assert json.loads((tmp_path / "run.json").read_text())["data"] == "toy:dev:5"
+
+
+def test_resume_accepts_a_setting_added_later_at_its_default_only():
+    """A run stored before ``answer_form`` existed behaved as the default ("long")."""
+    from ambiqa.evaluation.runner import RunSpec, spec_differences
+
+    old = {"program": "vanilla_rag", "metrics": ["str-em"], "program_config": {"k": 5}}
+    same = RunSpec(program="vanilla_rag", data="asqa:dev:2", metrics=["str-em"],
+                   program_config={"k": 5, "answer_form": "long"})
+    assert spec_differences(old, same) == []
+    other = RunSpec(program="vanilla_rag", data="asqa:dev:2", metrics=["str-em"],
+                    program_config={"k": 5, "answer_form": "short"})
+    assert spec_differences(old, other) == [
+        'program config: stored {"k": 5}, now {"answer_form": "short", "k": 5}']

@@ -99,3 +99,46 @@ def test_safe_step_degrades_on_parse_failures_and_unreachable_lms_only():
     for bug in (ValueError("bad index"), KeyError("passages"), TypeError("not callable")):
         with pytest.raises(type(bug)):
             safe_step("c", raises(bug), "D")
+
+
+def test_short_form_answers_in_one_call_from_the_retrieved_passages(use_lm):
+    """Short form (HotpotQA/NQ/WebQ): retrieve, then one ShortAnswer call that sees them."""
+    seen = {}
+
+    def short(inputs):
+        seen.update(inputs)
+        return {"answer": "  Chris Rankin. "}
+
+    lm = use_lm(scripted_lm({"ShortAnswer": short}))
+    prog = VanillaRAG(InMemoryRetriever(PASSAGES), k=2, answer_form="short")
+    out = prog(question="Who played Percy Weasley?")
+    assert out.answer == "Chris Rankin."
+    assert "Chris Rankin played Percy" in seen["passages"]
+    assert out.trace["lm_calls"] == 1 and out.trace["retriever_calls"] == 1
+    assert lm.engine.count("ClarifyFromPassages") == 0
+    assert prog.config() == {"k": 2, "answer_form": "short"}
+    assert prog.answer_style == "short" and prog.min_lm_rounds == 1
+    # only the predictor the form uses exists, so compiled state names what was tuned
+    assert [n for n, _ in prog.named_predictors()] == ["short_answer.answer"]
+
+
+def test_closed_book_short_form_reads_no_passages(use_lm):
+    seen = {}
+
+    def short(inputs):
+        seen.update(inputs)
+        return {"answer": "Paris"}
+
+    use_lm(scripted_lm({"ShortAnswer": short}))
+    prog = ClosedBook(answer_form="short")
+    out = prog(question="What is the capital of France?")
+    assert out.answer == "Paris" and out.passages == []
+    assert seen["passages"].startswith("(no passages)")
+    assert out.trace["retriever_calls"] == 0
+    assert ClosedBook().config() == {"answer_form": "long"}
+
+
+@pytest.mark.parametrize("cls", [ClosedBook, VanillaRAG])
+def test_unknown_answer_form_is_a_clear_error(cls):
+    with pytest.raises(ConfigError, match="answer_form must be one of long, short, got 'brief'"):
+        cls(answer_form="brief")
