@@ -1,21 +1,21 @@
-"""The method comparison table (issue 5): every program on its paper's data, one table each.
+"""The method comparison (issues 5 and 16): every program on its paper's data, one table each.
 
 Two modes:
 
 * run (default) -- evaluate each (data set, program) pair of :data:`PLAN` through the same
   code path as ``ambiqa evaluate`` (so each run directory carries exactly the RunSpec the CLI
-  writes) into ``benchmarks/results/compare/{dataset}/{program}/``. An existing run directory
-  is resumed, and a larger ``--n`` extends it (``asqa:dev:10`` -> ``asqa:dev:50``); finished
-  examples are never redone. Slow with the embedded LM: hours for the whole plan.
+  writes) into ``benchmarks/results/evidence/{dataset}/{program}/``. An existing run directory
+  is resumed, and a larger ``--n`` extends it (``asqa:dev:10`` -> ``asqa:dev:60``); finished
+  examples are never redone. Slow with the embedded 1.5B: about 10 CPU-hours for the plan.
+  The runs of issue 5 (0.5B, 2-12 questions) stay under ``benchmarks/results/compare/``.
 * ``--report-only`` -- read whatever run directories exist under ``--root`` (never writing
   into them) and write ``TABLES.md`` plus ``quality_vs_cost.png`` next to them: per data set
   the paper's metrics with 95% bootstrap CIs, n, the cost columns and wall time, with the
   numbers the papers report for reference, and paired differences against each data set's
-  baseline program on the questions both runs hold.
+  baseline program (and the pairs the targets name) on the questions both runs hold.
 
-    # run (the lead runs this; hours with the embedded LM)
-    python benchmarks/compare_methods.py --lm embedded:qwen2.5-coder-0.5b \\
-        --index bm25:wiki-bm25 --datasets asqa --n 50
+    # run (hours; resumable: rerun the same command to continue)
+    python benchmarks/compare_methods.py --datasets asqa --programs closed_book,vanilla_rag,diva
     # tables from what exists
     python benchmarks/compare_methods.py --report-only
 """
@@ -27,7 +27,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +40,20 @@ import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before
 from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
 from ambiqa.fsutil import atomic_write_text  # noqa: E402
 
-DEFAULT_ROOT = HERE / "results" / "compare"
+DEFAULT_ROOT = HERE / "results" / "evidence"
 ASQA_METRICS = ("str-em", "rouge-l", "d-f1", "dr", "mrecall@5")
 SHORT_METRICS = ("em", "f1")
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """One table: which split, which programs, which metrics, how many questions."""
+    """One table: which split, which programs at how many questions, which metrics."""
 
     key: str
     data: str
-    programs: tuple[str, ...]
+    #: program -> questions (the first N of the split, so every pair of rows is paired)
+    programs: dict[str, int]
     metrics: tuple[str, ...]
-    n: int
     #: the metric on the quality-vs-cost plot
     headline: str
     #: published reference rows: label -> {metric: value in [0, 1]}, and where they are from
@@ -61,31 +61,54 @@ class Dataset:
     paper_source: str
     #: the program the others are paired against (None: no paired table)
     baseline: str | None = None
+    #: further (program, against) pairs the issue's targets name
+    pairs: tuple[tuple[str, str], ...] = ()
+    #: per-program settings (``--program-config``), e.g. the short answer form
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return max(self.programs.values())
 
 
+SHORT_FORM = {"answer_form": "short"}
+
+#: issue 16's plan: default 1.5B, the README's retriever, paper-default program settings.
 PLAN: dict[str, Dataset] = {
     "asqa": Dataset(
-        "asqa", "asqa:dev", ("closed_book", "vanilla_rag", "diva", "toc", "verdict"),
-        ASQA_METRICS, 50, "dr",
+        "asqa", "asqa:dev",
+        {"closed_book": 60, "vanilla_rag": 60, "diva": 60, "query_refinement": 40,
+         "verdict": 40, "toc": 30},
+        ASQA_METRICS, "dr",
         {"closed_book (GPT-4, closed book)": {"rouge-l": .390, "d-f1": .385, "dr": .387},
          "vanilla_rag (GPT-4)": {"rouge-l": .415, "d-f1": .396, "dr": .406},
          "toc (GPT-4, Diva's run)": {"rouge-l": .385, "d-f1": .418, "dr": .401},
          "toc (GPT-3, ToC paper)": {"rouge-l": .397, "d-f1": .337, "dr": .366},
          "diva (GPT-4)": {"rouge-l": .424, "d-f1": .420, "dr": .422}},
         "Diva Table 1 (ASQA dev, RoBERTa SQuAD2 reader, GPT-4) and ToC Table 1; VerDICt "
-        "reports grounding metrics only, no ROUGE-L/D-F1", baseline="vanilla_rag"),
+        "reports grounding metrics only, no ROUGE-L/D-F1", baseline="closed_book",
+        pairs=(("diva", "vanilla_rag"),)),
     "hotpotqa": Dataset(
-        "hotpotqa", "hotpotqa:dev", ("resp", "ircot"), SHORT_METRICS, 50, "f1",
+        "hotpotqa", "hotpotqa:dev",
+        {"closed_book": 60, "vanilla_rag": 60, "ircot": 60, "resp": 60}, SHORT_METRICS, "f1",
         {"resp (Llama3-8B)": {"f1": .472}, "ircot (Llama3-8B)": {"f1": .431}},
-        "ReSP Table 2 (HotpotQA, token F1, Llama3-8B-instruct)", baseline="ircot"),
+        "ReSP Table 2 (HotpotQA, token F1, Llama3-8B-instruct)", baseline="closed_book",
+        pairs=(("resp", "ircot"),),
+        configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
     "nq": Dataset(
-        "nq", "nq:oracle", ("eor",), SHORT_METRICS, 100, "em",
+        "nq", "nq:oracle", {"closed_book": 60, "vanilla_rag": 60, "eor": 60},
+        SHORT_METRICS, "em",
         {"eor (ChatGPT)": {"em": .528}, "eor (Llama2-chat 7B)": {"em": .502}},
-        "EoR Table 1 (NQ test split, 16 retrievers incl. web search)"),
+        "EoR Table 1 (NQ test split, 16 retrievers incl. web search)", baseline="closed_book",
+        pairs=(("eor", "vanilla_rag"),),
+        configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
     "webq": Dataset(
-        "webq", "webq:dev", ("eor",), SHORT_METRICS, 100, "em",
+        "webq", "webq:dev", {"closed_book": 60, "vanilla_rag": 60, "eor": 60},
+        SHORT_METRICS, "em",
         {"eor (ChatGPT)": {"em": .506}, "eor (Llama2-chat 7B)": {"em": .462}},
-        "EoR Table 1 (WebQ test split, 16 retrievers incl. web search)"),
+        "EoR Table 1 (WebQ test split, 16 retrievers incl. web search)", baseline="closed_book",
+        pairs=(("eor", "vanilla_rag"),),
+        configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
 }
 
 COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
@@ -100,6 +123,8 @@ def evaluate_argv(ds: Dataset, program: str, n: int, out: Path, *, lm: str | Non
     """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand)."""
     argv = ["evaluate", program, "--data", f"{ds.data}:{n}", "--metrics", ",".join(ds.metrics),
             "--out", str(out), "--threads", str(threads)]
+    if ds.configs.get(program):
+        argv += ["--program-config", json.dumps(ds.configs[program], sort_keys=True)]
     if lm:
         argv += ["--lm", lm]
     if index:
@@ -133,7 +158,7 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
             if programs and program not in programs:
                 continue
             out = root / ds.key / program
-            argv = evaluate_argv(ds, program, n or ds.n, out, lm=lm, index=index,
+            argv = evaluate_argv(ds, program, n or ds.programs[program], out, lm=lm, index=index,
                                  threads=threads, timeout_s=timeout_s, reader=reader)
             if (out / "run.json").exists():
                 argv.append("--resume")
@@ -251,31 +276,35 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
 
 
 def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> list[str]:
-    """Paired differences (run − baseline) on the questions both runs hold, failed = 0."""
+    """Paired differences on the questions both runs hold, failed = 0: every program against
+    the plan's baseline, then the extra pairs the targets name (e.g. diva − vanilla_rag)."""
     from ambiqa.evaluation.compare import check_same_reader
     from ambiqa.evaluation.stats import fmt_interval, paired_comparison
 
-    if not plan or not plan.baseline:
+    if not plan:
         return []
-    base = next((r for r in runs if r.spec.program == plan.baseline), None)
-    others = [r for r in runs if r is not base]
-    if base is None or not others:
+    by_name = {r.spec.program: r for r in runs}
+    pairs = [(r.spec.program, plan.baseline) for r in runs
+             if plan.baseline and r.spec.program != plan.baseline]
+    pairs += [p for p in plan.pairs if p not in pairs]
+    pairs = [(a, b) for a, b in pairs if a in by_name and b in by_name]
+    if not pairs:
         return []
-    check_same_reader([base, *others], metrics)
-    lines = ["", f"Paired differences against {plan.baseline} on the questions both runs "
-             "hold (a failed question scores 0; Δ = program − baseline; 95% paired BCa "
-             "bootstrap interval; * = the interval excludes 0):", "",
-             "| program | n shared | " + " | ".join(f"Δ {m}" for m in metrics) + " |",
-             "|---|---:|" + "---|" * len(metrics)]
-    for run in others:
+    check_same_reader(runs, metrics)
+    lines = ["", "Paired differences on the questions both runs hold (a failed question "
+             "scores 0; Δ = program − reference; 95% paired BCa bootstrap interval; * = the "
+             "interval excludes 0):", "",
+             "| program | reference | n shared | " + " | ".join(f"Δ {m}" for m in metrics)
+             + " |", "|---|---|---:|" + "---|" * len(metrics)]
+    for a, b in pairs:
         cells, n_shared = [], 0
         for name in metrics:
-            p = paired_comparison(base.rows, run.rows, name)
+            p = paired_comparison(by_name[b].rows, by_name[a].rows, name)
             n_shared = p["n_shared"]
             star = " *" if p["excludes_zero"] else ""
             cells.append(f"{p['diff']:+.3f}{star} {fmt_interval(*p['ci95'])}"
                          if p["n_shared"] else "–")
-        lines.append(f"| {run.spec.program} | {n_shared} | " + " | ".join(cells) + " |")
+        lines.append(f"| {a} | {b} | {n_shared} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -334,8 +363,10 @@ def write_tables(root: Path, out: Path | None = None) -> Path:
     readers = sorted({r.spec.reader for r in runs_all if r.spec.reader})
     indexes = sorted({r.spec.index for r in runs_all if r.spec.index})
     lines = ["# Method comparison: tables", "",
-             "Generated by `python benchmarks/compare_methods.py --report-only` from the run "
-             "directories under `benchmarks/results/compare/`, each made by `ambiqa evaluate` "
+             "Generated by `python benchmarks/compare_methods.py --report-only"
+             + ("" if root.resolve() == DEFAULT_ROOT.resolve() else f" --root {_rel(root)}")
+             + "` from the run "
+             f"directories under `{_rel(root)}/`, each made by `ambiqa evaluate` "
              "(commands at the end; `--resume` extends a run to more questions).", "",
              f"- LM: {', '.join(f'`{x}`' for x in lms) or 'not recorded'}",
              f"- retriever index: {', '.join(f'`{x}`' for x in indexes) or 'not recorded'}",
@@ -350,9 +381,12 @@ def write_tables(root: Path, out: Path | None = None) -> Path:
              "cost columns: means per question (tokens of the program's own "
              "LM calls; scoring calls excluded); wall s/q as run, crit s/q the union of LM, "
              "retriever and encoder call intervals.",
-             "- ROUGE-L in these stored rows was scored with the regex sentence splitter "
-             "ambiqa used before issue 11; the Punkt splitter now used moves ROUGE-Lsum by "
-             "about −0.006 on these outputs (`benchmarks/results/rouge_splitter.md`).", ""]
+             ""]
+    if root.resolve() == (HERE / "results" / "compare").resolve():
+        lines[-1:-1] = [
+            "- ROUGE-L in these stored rows was scored with the regex sentence splitter "
+            "ambiqa used before issue 11; the Punkt splitter now used moves ROUGE-Lsum by "
+            "about −0.006 on these outputs (`benchmarks/results/rouge_splitter.md`)."]
     if len(lms) > 1:
         lines += ["**Warning: the runs used different LMs; rows are not comparable.**", ""]
     panels = []
@@ -396,10 +430,13 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, from {', '.join(PLAN)}")
     ap.add_argument("--programs", default=None, help="only these programs")
     ap.add_argument("--n", type=int, default=None,
-                    help="questions per data set (default: asqa/hotpotqa 50, nq/webq 100)")
-    ap.add_argument("--lm", default=None, help="as for `ambiqa evaluate --lm`")
-    ap.add_argument("--index", default="bm25:wiki-bm25")
-    ap.add_argument("--threads", type=int, default=1)
+                    help="questions per program (default: the plan's, 30-60 per program)")
+    ap.add_argument("--lm", default="embedded",
+                    help="as for `ambiqa evaluate --lm` (default: the embedded 1.5B)")
+    ap.add_argument("--index", default="dense:wiki-dense",
+                    help="the retriever the README recommends (default dense:wiki-dense)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="questions in flight (2 = the embedded LM's 2 slots)")
     ap.add_argument("--timeout-s", type=float, default=None)
     ap.add_argument("--reader", default=None)
     args = ap.parse_args(argv)

@@ -286,7 +286,7 @@ def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_l
     assert [s["ok"] for s in st] == [True, True]
     meta = json.loads((root / "asqa" / "vanilla_rag" / "run.json").read_text())
     assert meta["program"] == "vanilla_rag" and meta["data"] == "asqa:dev:2"
-    assert meta["metrics"] == ["str-em", "rouge-l", "d-f1", "dr"]
+    assert meta["metrics"] == ["str-em", "rouge-l", "d-f1", "dr", "mrecall@5"]
     assert meta["reader"] == "lm-reader:scripted/fake" and meta["index"] == "memory:test"
     # a second pass with a larger n resumes and extends, redoing nothing
     calls = len(lm.engine.calls)
@@ -304,7 +304,8 @@ def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_l
     assert "| closed_book | asqa:dev:3 | 3 | 0 |" in text
     assert "| vanilla_rag | asqa:dev:2 | 2 | 0 |" in text
     assert "ambiqa evaluate vanilla_rag --data asqa:dev:2" in text
-    assert "Paired differences against vanilla_rag" in text and "| closed_book | 2 |" in text
+    assert "Paired differences on the questions both runs hold" in text
+    assert "| vanilla_rag | closed_book | 2 |" in text
     assert "±" not in text
     after = sorted(p.relative_to(root) for p in root.rglob("*"))
     assert set(after) - set(before) == {Path("TABLES.md"), Path("quality_vs_cost.png")}
@@ -316,6 +317,20 @@ def test_compare_methods_report_only_cli_on_empty_root(tmp_path):
                     "--tables", str(tmp_path / "T.md")]) == 0
     assert "No run directories found yet." in (tmp_path / "T.md").read_text()
     assert cm.main(["--datasets", "asqa,nope", "--root", str(tmp_path)]) == 2
+
+
+def test_compare_methods_short_form_baselines_get_their_program_config(tmp_path):
+    """On HotpotQA/NQ/WebQ the long-form baselines answer in the short form those data sets
+    score; the evaluate command line carries it, so the run.json records it."""
+    cm = _load_compare_methods()
+    argv = cm.evaluate_argv(cm.PLAN["hotpotqa"], "vanilla_rag", 60, tmp_path, lm="embedded",
+                            index="dense:wiki-dense", threads=2, timeout_s=None, reader=None)
+    assert argv[argv.index("--program-config") + 1] == '{"answer_form": "short"}'
+    assert argv[argv.index("--data") + 1] == "hotpotqa:dev:60"
+    assert "--program-config" not in cm.evaluate_argv(
+        cm.PLAN["hotpotqa"], "resp", 60, tmp_path, lm=None, index=None, threads=1,
+        timeout_s=None, reader=None)
+    assert cm.PLAN["asqa"].programs["toc"] == 30 and cm.PLAN["asqa"].n == 60
 
 
 # ---------------------------------------------------------------- benchmarks/render.py
