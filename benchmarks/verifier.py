@@ -272,6 +272,80 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# ---- votes stored by an evaluation run ---------------------------------------------------
+
+
+def rows_from_run(run_dir: Path, encoder: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Silver-labelled verifier rows from a finished ``ambiqa evaluate diva`` run (no LM call).
+
+    Each stored prediction carries Diva's pseudo-interpretations, its votes, verdict and path
+    and the kept passages; the silver labels are computed exactly as for a live run. Failed
+    questions (no prediction) are skipped and counted.
+    """
+    from ambiqa.data import load_dataset
+    from ambiqa.evaluation.report import load_run
+
+    run = load_run(run_dir)
+    if run.spec.program != "diva":
+        raise SystemExit(f"{run_dir} is a {run.spec.program!r} run; --from-run needs diva")
+    examples = {ex.id: ex for ex in load_dataset(run.spec.data)}
+    rows, failed = [], 0
+    for r in run.rows:
+        pred = r.get("prediction") or {}
+        ex = examples.get(r["id"])
+        if r.get("error") or not pred.get("votes") or ex is None:
+            failed += 1
+            continue
+        queries = [v["interpretation"] for v in pred["votes"]]
+        context = "\n".join(f"{p.get('title', '')}: {p.get('text', '')}"
+                            for p in pred.get("passages") or [])
+        labels, match, q_label = silver_labels(queries, ex.qa_pairs, context, encoder)
+        rows.append({"id": r["id"], "question": ex.question, "silver": labels,
+                     "matched_pair": match, "silver_question": q_label,
+                     "ambiguity_type": pred.get("ambiguity_type"),
+                     "run": {"votes": [v["supported"] for v in pred["votes"]],
+                             "verdict": pred.get("verdict"), "path": pred.get("path")}})
+    meta = {"data": run.spec.data, "lm": run.spec.lm, "index": run.spec.index,
+            "run_dir": str(run_dir), "failed": failed}
+    return rows, meta
+
+
+def render_run(rows: list[dict[str, Any]], meta: dict[str, Any], command: str) -> str:
+    """The verifier's precision / recall and the path split inside one evaluation run."""
+    from collections import Counter
+
+    stats = vote_stats(rows, "run")
+    keys = ["precision", "recall", "f1", "yes_rate", "abstain_rate", "rag_share",
+            "path_accuracy"]
+    verdicts = Counter(r["run"]["verdict"] for r in rows)
+    types = Counter(r["ambiguity_type"] or "None" for r in rows)
+    lines = [
+        "### Diva's verifier inside the evidence run (issue 12 item 3, after)", "",
+        f"n = {len(rows)} questions of `{meta['data']}` ({meta['failed']} failed, not "
+        f"counted), {stats['votes']} votes; LM `{meta['lm']}`, retriever `{meta['index']}`; "
+        "the votes, verdicts and paths Diva recorded in the evaluation run, scored against the "
+        "silver labels defined above (no LM call here). Cells: value [95% bootstrap interval "
+        "over questions].", "",
+        "| measure | value |", "|---|---|"]
+    for k in keys:
+        lo, hi = bootstrap(rows, lambda rs, k=k: vote_stats(rs, "run")[k])
+        lines.append(f"| {k} | {_f(stats[k])} [{_f(lo)}, {_f(hi)}] |")
+    lines += [
+        "", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.most_common())
+        + ". Ambiguity types: " + ", ".join(f"{k} {v}" for k, v in types.most_common())
+        + f". Silver: {sum(sum(r['silver']) for r in rows)}/{stats['votes']} votes yes, "
+        f"{sum(r['silver_question'] for r in rows)}/{len(rows)} questions RAG-worthy.", "",
+        "```", command, "```", ""]
+    return "\n".join(lines)
+
+
 # ---- driver ------------------------------------------------------------------------------
 
 
@@ -332,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-votes", type=int, default=0,
                     help="verify at most this many interpretations per question (0: all)")
     ap.add_argument("--report", action="store_true", help="only render the Markdown")
+    ap.add_argument("--from-run", type=Path, default=None,
+                    help="score the votes a finished `ambiqa evaluate diva` run recorded "
+                         "(no LM call); writes --run-out")
+    ap.add_argument("--run-out", type=Path, default=RESULTS / "verifier-evidence.md")
     ap.add_argument("--faithfulness", action="store_true",
                     help="print the paired Diva/ToC evaluate runs of items 1 and 6")
     ap.add_argument("--run", action="store_true", help="with --faithfulness: run them")
@@ -349,6 +427,15 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(c))
             if args.run:
                 subprocess.run(c, check=True)
+        return 0
+
+    if args.from_run:
+        from ambiqa.retrieval.encoder import get_encoder
+
+        rows, meta = rows_from_run(args.from_run, get_encoder())
+        command = "python benchmarks/verifier.py --from-run " + _rel(args.from_run)
+        atomic_write_text(args.run_out, render_run(rows, meta, command))
+        print(args.run_out.read_text())
         return 0
 
     if args.report:
