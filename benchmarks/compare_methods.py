@@ -111,6 +111,21 @@ PLAN: dict[str, Dataset] = {
         configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
 }
 
+#: "Does compiling help?" (issue 16): (program, teleprompter, dev questions). Compiled on the
+#: program's recipe training split (ASQA train), scored on the same first dev questions as the
+#: zero-shot row it is paired against. ``COMPILE_ARGS`` are the settings of every compile.
+COMPILE_PLAN: tuple[tuple[str, str, int], ...] = (
+    ("vanilla_rag", "labeled", 60), ("vanilla_rag", "knn", 60),
+    ("vanilla_rag", "bootstrap", 60), ("vanilla_rag", "mipro", 60),
+    ("diva", "knn", 40), ("diva", "bootstrap", 40),
+)
+COMPILE_ARGS: dict[str, list[str]] = {
+    "labeled": ["--k", "2"], "knn": ["--k", "2"], "bootstrap": ["--k", "2"],
+    # "a light setting": few candidates and trials, a small validation slice
+    "mipro": ["--k", "2", "--num-candidates", "3", "--mipro-trials", "6", "--n-val", "8"],
+}
+COMPILED_DIR = "asqa-compiled"  # run directories of the compiled programs, under --root
+
 COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
                 ("output_tokens", "out tok", 0), ("retriever_calls", "retr.", 1),
                 ("wall_s", "wall s/q", 1), ("critical_path_s", "crit s/q", 1))
@@ -178,6 +193,56 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
     return statuses
 
 
+def compile_argv(program: str, opt: str, artifact: Path, *, lm: str | None,
+                 index: str | None) -> list[str]:
+    """The ``ambiqa compile`` command line of one compile (the recipe's train split)."""
+    argv = ["compile", program, "--optimizer", opt, *COMPILE_ARGS[opt], "--out", str(artifact)]
+    argv += ["--lm", lm] if lm else []
+    argv += ["--index", index] if index else []
+    return argv
+
+
+def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: int = 2,
+                     only: list[str] | None = None, progress: bool = True,
+                     log: Any = print) -> list[dict[str, Any]]:
+    """Compile each (program, teleprompter) of :data:`COMPILE_PLAN` once (the artifact under
+    ``root/compiled/`` is reused when present), then evaluate it on the plan's dev questions
+    into ``root/asqa-compiled/{program}-{teleprompter}/`` (resumed when it exists).
+
+    ``only`` keeps the entries named ``program-teleprompter``.
+    """
+    from ambiqa.cli import build_parser
+    from ambiqa.cli.eval_cmds import evaluate_from_args
+    from ambiqa.cli.optimize_cmds import cmd_compile
+
+    parser = build_parser()
+    ds = PLAN["asqa"]
+    statuses = []
+    for program, opt, n in COMPILE_PLAN:
+        name = f"{program}-{opt}"
+        if only and name not in only:
+            continue
+        artifact = root / "compiled" / f"{name}.json"
+        try:
+            if not artifact.is_file():
+                argv = compile_argv(program, opt, artifact, lm=lm, index=index)
+                log("ambiqa " + " ".join(argv))
+                cmd_compile(parser.parse_args(argv))
+            out = root / COMPILED_DIR / name
+            argv = evaluate_argv(ds, str(artifact), n, out, lm=lm, index=index,
+                                 threads=threads, timeout_s=None, reader=None)
+            if (out / "run.json").exists():
+                argv.append("--resume")
+            log("ambiqa " + " ".join(argv))
+            summary, _ = evaluate_from_args(parser.parse_args(argv), progress=progress)
+            statuses.append({"compiled": name, "ok": True, "n": summary["n"],
+                             "errors": summary["n_errors"]})
+        except AmbiqaError as exc:
+            log(f"  failed: {exc}")
+            statuses.append({"compiled": name, "ok": False, "error": str(exc)})
+    return statuses
+
+
 # ---- report mode --------------------------------------------------------------------------------
 def _fmt(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -192,7 +257,7 @@ def collect(root: Path) -> dict[str, list[Any]]:
     found: dict[str, list[Any]] = {}
     if not root.is_dir():
         return found
-    for ds_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for ds_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != COMPILED_DIR):
         runs = []
         for run_dir in sorted(p for p in ds_dir.iterdir() if p.is_dir()):
             if not (run_dir / "run.json").is_file() and not (
@@ -332,10 +397,63 @@ def dr_before_after(runs: list[Any]) -> list[str]:
     return lines
 
 
+def compile_lines(root: Path) -> list[str]:
+    """"Does compiling help?": each compiled run against its program's zero-shot row on the
+    questions both hold (failed = 0), with the compile settings."""
+    from ambiqa.evaluation.compare import check_same_reader
+    from ambiqa.evaluation.report import load_run
+    from ambiqa.evaluation.runner import summarize
+    from ambiqa.evaluation.stats import fmt_interval, paired_comparison
+
+    cdir = root / COMPILED_DIR
+    runs = sorted(p for p in cdir.iterdir() if (p / "results.jsonl").is_file()) \
+        if cdir.is_dir() else []
+    if not runs:
+        return []
+    metrics = list(ASQA_METRICS)
+    lines = ["## Does compiling help? (ASQA train → ASQA dev)", "",
+             "Each program compiled on its recipe's training split (ASQA train; "
+             + "; ".join(f"{o}: `{' '.join(a)}`" for o, a in COMPILE_ARGS.items())
+             + "), then scored on the same first dev questions as its zero-shot row above. "
+             "Δ = compiled − zero-shot, paired on the questions both runs hold (a failed "
+             "question scores 0), 95% paired BCa bootstrap interval; * = excludes 0.", "",
+             "| compiled | n | failed | " + " | ".join(metrics) + " | LM calls | out tok | "
+             "wall s/q | " + " | ".join(f"Δ {m}" for m in metrics) + " |",
+             "|---|---:|---:|" + "---|" * len(metrics) + "---:|---:|---:|"
+             + "---|" * len(metrics)]
+    commands = []
+    for path in runs:
+        run = load_run(path)
+        program = path.name.split("-", 1)[0]
+        base_dir = root / "asqa" / program
+        base = load_run(base_dir) if (base_dir / "results.jsonl").is_file() else None
+        s = summarize(run.rows, metrics)
+        cells = [f"{_fmt(s['metrics'][m]['mean'])} {fmt_interval(*s['metrics'][m]['ci95'])}"
+                 if s["metrics"][m]["n"] else "–" for m in metrics]
+        deltas = []
+        if base is not None:
+            check_same_reader([base, run], metrics)
+            for m in metrics:
+                p = paired_comparison(base.rows, run.rows, m)
+                deltas.append(f"{p['diff']:+.3f}{' *' if p['excludes_zero'] else ''} "
+                              f"{fmt_interval(*p['ci95'])}" if p["n_shared"] else "–")
+        else:
+            deltas = ["(no zero-shot row)"] * len(metrics)
+        c = s["cost"]
+        lines.append(f"| {path.name} | {s['n']} | {s['n_errors']} | " + " | ".join(cells)
+                     + f" | {float(c.get('lm_calls', 0)):.1f} | "
+                     f"{float(c.get('output_tokens', 0)):.0f} | "
+                     f"{float(c.get('wall_s', 0)):.1f} | " + " | ".join(deltas) + " |")
+        commands.append("ambiqa " + " ".join(_command(run)))
+    return lines + ["", "```bash", "python benchmarks/compare_methods.py --compile",
+                    *commands, "```", ""]
+
+
 def _command(run: Any) -> list[str]:
     """The ``ambiqa evaluate`` arguments a run's RunSpec stands for."""
     spec = run.spec
-    argv = ["evaluate", spec.program, "--data", spec.data, "--metrics", ",".join(spec.metrics),
+    target = _rel(Path(spec.program)) if spec.program.endswith(".json") else spec.program
+    argv = ["evaluate", target, "--data", spec.data, "--metrics", ",".join(spec.metrics),
             "--out", _rel(run.path)]
     if spec.lm:
         argv += ["--lm", spec.lm]
@@ -398,6 +516,7 @@ def write_tables(root: Path, out: Path | None = None) -> Path:
         if points:
             panels.append({"title": title, "xlabel": "wall s per question",
                            "ylabel": plan.headline if plan else "quality", "points": points})
+    lines += compile_lines(root)
     if not found:
         lines += ["No run directories found yet.", ""]
     else:
@@ -429,6 +548,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=",".join(PLAN),
                     help=f"comma-separated, from {', '.join(PLAN)}")
     ap.add_argument("--programs", default=None, help="only these programs")
+    ap.add_argument("--compile", action="store_true",
+                    help="run the compile comparison (COMPILE_PLAN) instead of the plan")
+    ap.add_argument("--compiled", default=None,
+                    help="with --compile: only these, e.g. vanilla_rag-labeled,diva-knn")
     ap.add_argument("--n", type=int, default=None,
                     help="questions per program (default: the plan's, 30-60 per program)")
     ap.add_argument("--lm", default="embedded",
@@ -441,7 +564,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reader", default=None)
     args = ap.parse_args(argv)
     try:
-        if not args.report_only:
+        if args.compile and not args.report_only:
+            only = ([c.strip() for c in args.compiled.split(",") if c.strip()]
+                    if args.compiled else None)
+            known = {f"{p}-{o}" for p, o, _ in COMPILE_PLAN}
+            if only and set(only) - known:
+                raise ConfigError(f"unknown compiled run(s) {', '.join(sorted(set(only) - known))}",
+                                  hint=f"choose from {', '.join(sorted(known))}")
+            print(json.dumps(run_compile_plan(args.root, lm=args.lm, index=args.index,
+                                              threads=args.threads, only=only), indent=2))
+        elif not args.report_only:
             datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
             unknown = [d for d in datasets if d not in PLAN]
             if unknown:

@@ -412,3 +412,45 @@ def test_intervals_do_not_depend_on_row_order_and_need_three_questions():
     assert math.isnan(two["ci95"][0]) and two["ci_method"].startswith("none")
     same = summarize_metric(_dr_rows([(0.5, 0.5)] * 4), "d-f1")
     assert same["ci95"] == [0.5, 0.5] and same["ci_method"] == "degenerate"
+
+
+def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path):
+    """Every compile of the "does compiling help?" plan is a valid `ambiqa compile` command
+    on a training split (the recipe default), evaluated on the zero-shot row's questions."""
+    from ambiqa.cli import build_parser
+    from ambiqa.optimizers.recipes import get_recipe
+
+    cm = _load_compare_methods()
+    parser = build_parser()
+    for program, opt, n in cm.COMPILE_PLAN:
+        args = parser.parse_args(cm.compile_argv(program, opt, tmp_path / "a.json",
+                                                 lm="embedded", index="dense:wiki-dense"))
+        assert args.optimizer == opt and args.k == 2 and args.train is None
+        assert ":train" in get_recipe(program).train
+        assert n <= cm.PLAN["asqa"].programs[program]  # paired with the zero-shot row
+    assert cm.main(["--compile", "--compiled", "vanilla_rag-nope", "--root",
+                    str(tmp_path)]) == 2
+
+
+def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path):
+    cm = _load_compare_methods()
+
+    def write_run(path, program, scores):
+        path.mkdir(parents=True)
+        (path / "run.json").write_text(json.dumps(
+            {"program": program, "data": "asqa:dev:3", "metrics": list(cm.ASQA_METRICS),
+             "reader": "extractive:r"}))
+        rows = [{"id": str(i), "error": None, "prediction": {"answer": "a"},
+                 "cost": {"lm_calls": 2, "output_tokens": 10, "wall_s": 1.0},
+                 "metrics": {"str-em": v, "rouge-l": v, "d-f1": v, "mrecall@5": v}}
+                for i, v in enumerate(scores)]
+        (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write_run(tmp_path / "asqa" / "vanilla_rag", "vanilla_rag", [0.1, 0.2, 0.3])
+    write_run(tmp_path / cm.COMPILED_DIR / "vanilla_rag-labeled",
+              str(tmp_path / "compiled" / "vanilla_rag-labeled.json"), [0.3, 0.4, 0.5])
+    text = "\n".join(cm.compile_lines(tmp_path))
+    assert "| vanilla_rag-labeled | 3 | 0 |" in text
+    assert "+0.200" in text  # Δ str-em, paired on the 3 shared questions
+    # the compiled runs do not show up as a data set of their own
+    assert cm.COMPILED_DIR not in cm.collect(tmp_path)
