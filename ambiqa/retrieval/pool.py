@@ -50,6 +50,7 @@ import numpy as np
 
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
+from ambiqa.retrieval.encoder import SharedEncoder
 from ambiqa.types import Passage
 
 MAX_K = 1000
@@ -384,6 +385,8 @@ class PoolRetriever:
     every chunk of every search-engine result page; a local source offers a deeper list.
     """
 
+    encoder = SharedEncoder()
+
     def __init__(self, sources: Mapping[str, Any], *, background: BackgroundFn | None = None,
                  compress: CompressFn | None = None, encoder: Any = None,
                  rerank_depth: int = 20) -> None:
@@ -391,16 +394,8 @@ class PoolRetriever:
         self._lower = {name.lower(): name for name in self.sources}
         self.background = background
         self.compress = compress
-        self._encoder = encoder
+        self.encoder = encoder
         self.rerank_depth = rerank_depth
-
-    @property
-    def encoder(self) -> Any:
-        if self._encoder is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self._encoder = get_encoder()
-        return self._encoder
 
     def check(self, node: SpecNode) -> None:
         """Raise :class:`ConfigError` if ``node`` names a source this pool does not have."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import TimedSearch, check_query
+from ambiqa.retrieval.encoder import SharedEncoder
 from ambiqa.tracing import record_compute
 from ambiqa.types import Passage, SharedResource
 
@@ -47,16 +48,10 @@ class SentenceReranker(SharedResource):
 
     name = "sbert"
 
+    encoder = SharedEncoder()
+
     def __init__(self, encoder: Any = None) -> None:
-        self._encoder = encoder
-
-    @property
-    def encoder(self) -> Any:
-        if self._encoder is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self._encoder = get_encoder()
-        return self._encoder
+        self.encoder = encoder
 
     @property
     def id(self) -> str:
