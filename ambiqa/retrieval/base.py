@@ -97,10 +97,6 @@ class TimedSearch:
         record_retrieval(self.retriever, self.query, self.k, self.start, time.perf_counter())
 
 
-# The context manager's earlier, function-style name; retrievers outside this package use it.
-timed_search = TimedSearch
-
-
 class InMemoryRetriever(SharedResource):
     """Exact token-overlap retriever over a list of passages.
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import ConfigError, IndexError_
+from ambiqa.errors import ConfigError, RetrievalIndexError
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ def import_colbert() -> None:
                 import colbert.indexer  # noqa: F401
                 import colbert.searcher  # noqa: F401
         except ImportError as exc:
-            raise IndexError_(f"colbert-ai cannot be imported: {exc}",
-                              hint="pip install colbert-ai==0.2.22 faiss-cpu") from exc
+            raise RetrievalIndexError(f"colbert-ai cannot be imported: {exc}",
+                                      hint="pip install colbert-ai==0.2.22 faiss-cpu") from exc
         finally:
             multiprocessing.set_start_method(previous_method, force=True)
             if previous_tok is None:
