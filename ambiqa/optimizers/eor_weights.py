@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.evaluation.metrics import exact_match, normalize_answer, token_f1
 from ambiqa.programs.eor import DEFAULT_METRIC_WEIGHTS, DEFAULT_THRESHOLD, METRICS, POOLINGS
@@ -428,8 +429,7 @@ def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
     """
     if sampler not in SAMPLERS:
         raise ConfigError(f"unknown sampler {sampler!r}", hint=f"choose from {SAMPLERS}")
-    if not isinstance(trials, int) or trials < 1:
-        raise ConfigError(f"--trials must be a positive integer, got {trials!r}")
+    check_int("--trials", trials)
     import optuna
 
     from ambiqa.optimizers.splits import check_training_data

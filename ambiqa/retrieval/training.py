@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from ambiqa.checks import check_int
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
 from ambiqa.fsutil import atomic_write_json, sha256_file, swap_dir_into_place
 from ambiqa.retrieval.checkpoint import (
@@ -92,16 +93,12 @@ def _settings(dim: int, steps: int, bsize: int, lr: float, nway: int, doc_maxlen
 
 
 def _check_args(dim: int, steps: int, bsize: int, lr: float, save_every: int) -> None:
-    if not isinstance(dim, int) or not 8 <= dim <= 384:
-        raise ConfigError(f"dim must be an integer in 8..384 (MiniLM's width), got {dim!r}")
-    if not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"steps must be a positive integer, got {steps!r}")
-    if not isinstance(bsize, int) or bsize < 2:
-        raise ConfigError(f"bsize must be an integer >= 2, got {bsize!r}")
+    check_int("dim", dim, 8, maximum=384, hint="384 is MiniLM's width")
+    check_int("steps", steps)
+    check_int("bsize", bsize, 2)
     if not lr > 0:
         raise ConfigError(f"lr must be positive, got {lr!r}")
-    if not isinstance(save_every, int) or save_every < 1:
-        raise ConfigError(f"save_every must be a positive integer, got {save_every!r}")
+    check_int("save_every", save_every)
 
 
 # ---- the start checkpoint ------------------------------------------------------------------

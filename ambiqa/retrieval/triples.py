@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.fsutil import atomic_write, atomic_write_json
 from ambiqa.types import Passage
@@ -178,8 +179,7 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
         raise ConfigError("negatives_per_positive must be at least 1")
     if not 0.0 <= random_share <= 1.0:
         raise ConfigError("random_share must be in [0, 1]")
-    if not isinstance(nway, int) or nway < 2:
-        raise ConfigError(f"nway must be an integer >= 2, got {nway!r}")
+    check_int("nway", nway, 2)
     if teacher and dense is None:
         raise ConfigError("teacher scores need the dense retriever (dense=...)")
     corpus = list(corpus)

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ambiqa.errors import AmbiqaError, ConfigError, RetrievalIndexError
+from ambiqa.checks import check_int
+from ambiqa.errors import AmbiqaError, RetrievalIndexError
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.colbert.build import build
 from ambiqa.retrieval.colbert.manifest import (
@@ -288,8 +289,7 @@ def build_index(corpus_path: str | os.PathLike[str], name: str,
 
     root = Path(index_root).expanduser() if index_root else default_root()
     ckpt = Path(checkpoint) if checkpoint else default_checkpoint()
-    if not isinstance(shards, int) or shards < 1:
-        raise ConfigError(f"shards must be a positive integer, got {shards!r}")
+    check_int("shards", shards)
     if shards > 1:
         from ambiqa.retrieval.sharded import build_sharded
 
