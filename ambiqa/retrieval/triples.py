@@ -238,7 +238,8 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
     pid_index = {p.id: i for i, p in enumerate(corpus)}
     texts = [q for q, _, _, _ in items]
     pools_by_miner: dict[str, list[list[int]]] = {
-        "bm25": [[pid_index[p.id] for p in r] for r in _bm25(corpus).batch_search(texts, k=depth)]}
+        "bm25": [[pid_index[p.id] for p in r]
+                 for r in in_memory_bm25(corpus).batch_search(texts, k=depth)]}
     q_vecs = None
     if dense is not None:
         import numpy as np
@@ -361,7 +362,7 @@ def _random_negative(rng: random.Random, n: int, exclude: set[int], answers: Seq
     return next(i for i in range(n) if i not in exclude)
 
 
-def _bm25(corpus: Sequence[Passage]) -> Any:
+def in_memory_bm25(corpus: Sequence[Passage]) -> Any:
     """An in-memory BM25 retriever over the corpus (2-3 s for 13k passages)."""
     import bm25s
 
