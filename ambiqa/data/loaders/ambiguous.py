@@ -15,11 +15,10 @@ import dspy
 from ambiqa.data._io import Where, dedupe, iter_records, require_list, require_text, text_list
 from ambiqa.data.loaders.common import (
     dedupe_passages,
-    fallback_id,
     make_example,
     passage,
     record_id,
-    single_split,
+    single_split_records,
     take,
     unique_ids,
 )
@@ -108,7 +107,7 @@ def load_asqa(path: str | Path, *, limit: int | None = None, section: str | None
         wikipages = [str(w.get("title")) for w in rec.get("wikipages") or []
                      if isinstance(w, dict) and w.get("title")]
         out.append(make_example({
-            "id": record_id(rec, ("sample_id", "id"), key or fallback_id(path, where)),
+            "id": record_id(rec, ("sample_id", "id"), where, key),
             "question": question,
             "qa_pairs": pairs,
             "answers": dedupe([a for p in pairs for a in p["short_answers"]]),
@@ -157,10 +156,8 @@ def load_ambignq(path: str | Path, *, limit: int | None = None, section: str | N
     ``id``; from the full release also ``nq_answer`` and ``viewed_doc_titles``
     (``used_queries`` with its search results is not kept).
     """
-    single_split(section, path)
-    path = Path(path)
     out: list[dspy.Example] = []
-    for where, rec, key in take(iter_records(path), limit):
+    for where, rec, key in single_split_records(path, section, limit):
         question = require_text(rec, "question", where)
         annotations = require_list(rec, "annotations", where)
         if not annotations:
@@ -199,7 +196,7 @@ def load_ambignq(path: str | Path, *, limit: int | None = None, section: str | N
         else:
             qa_pairs = [{"question": question, "short_answers": all_answers}]
         fields: dict[str, Any] = {
-            "id": record_id(rec, ("id",), key or fallback_id(path, where)),
+            "id": record_id(rec, ("id",), where, key),
             "question": question,
             "ambiguous": ambiguous,
             "qa_pairs": qa_pairs,
@@ -227,10 +224,8 @@ def load_situatedqa(path: str | Path, *, limit: int | None = None, section: str 
     ``location``), ``answers`` (the answer in that context), ``any_answers`` (answers valid in
     some context), ``id`` (repeated rows of one question get ``#n`` suffixes).
     """
-    single_split(section, path)
-    path = Path(path)
     out: list[dspy.Example] = []
-    for where, rec, key in take(iter_records(path), limit):
+    for where, rec, key in single_split_records(path, section, limit):
         question = require_text(rec, "question", where)
         edited = require_text(rec, "edited_question", where)
         if rec.get("date") is not None:
@@ -240,7 +235,7 @@ def load_situatedqa(path: str | Path, *, limit: int | None = None, section: str 
         else:
             raise where.missing("date' or 'location")
         out.append(make_example({
-            "id": record_id(rec, ("id",), key or fallback_id(path, where)),
+            "id": record_id(rec, ("id",), where, key),
             "question": question,
             "edited_question": edited,
             "context": context,

@@ -13,7 +13,7 @@ from typing import Any
 
 import dspy
 
-from ambiqa.data._io import Where
+from ambiqa.data._io import Unwrap, Where, iter_records
 from ambiqa.errors import ConfigError
 
 
@@ -44,18 +44,19 @@ def single_split(section: str | None, path: str | Path) -> None:
                           hint="drop the #PART from the spec")
 
 
-def record_id(rec: dict[str, Any], keys: tuple[str, ...], fallback: str) -> str:
-    """The first non-blank of ``rec[keys...]``, else ``fallback``."""
-    for key in keys:
-        value = rec.get(key)
+def record_id(rec: dict[str, Any], keys: tuple[str, ...], where: Where, key: str | None) -> str:
+    """The first non-blank of ``rec[keys...]``, else the record's mapping ``key``, else
+    :func:`fallback_id`."""
+    for name in keys:
+        value = rec.get(name)
         if value is not None and str(value).strip():
             return str(value).strip()
-    return fallback
+    return key or fallback_id(where)
 
 
-def fallback_id(path: Path, where: Where) -> str:
+def fallback_id(where: Where) -> str:
     """``<file stem>-<n>`` from the record position: stable for a given file."""
-    stem = path.name.split(".")[0] or "record"
+    stem = where.path.name.split(".")[0] or "record"
     return f"{stem}-{where.label.split()[1]}"
 
 
@@ -66,6 +67,15 @@ def take(records: Iterator[tuple[Where, dict[str, Any], str | None]], limit: int
         if limit is not None and n >= limit:
             return
         yield item
+
+
+def single_split_records(path: str | Path, section: str | None, limit: int | None,
+                         unwrap: Unwrap | None = None
+                         ) -> Iterator[tuple[Where, dict[str, Any], str | None]]:
+    """The first ``limit`` records of a file that holds one split (a ``#PART`` is refused
+    at once, before anything is read)."""
+    single_split(section, path)
+    return take(iter_records(Path(path), unwrap), limit)
 
 
 def passage(title: Any, text: Any) -> dict[str, str] | None:

@@ -12,7 +12,6 @@ import dspy
 from ambiqa.data._io import (
     Where,
     dedupe,
-    iter_records,
     require,
     require_list,
     require_text,
@@ -21,8 +20,7 @@ from ambiqa.data._io import (
 from ambiqa.data.loaders.common import (
     fallback_id,
     make_example,
-    single_split,
-    take,
+    single_split_records,
     unique_ids,
 )
 
@@ -121,15 +119,13 @@ def load_hotpotqa(path: str | Path, *, limit: int | None = None, section: str | 
     ``answer`` (str), ``answers`` (list), ``supporting_titles``, ``contexts``
     (``[{title, text, is_supporting}]``), ``id``; ``type`` and ``level`` when given.
     """
-    single_split(section, path)
-    path = Path(path)
     out: list[dspy.Example] = []
-    for where, rec, key in take(iter_records(path), limit):
+    for where, rec, key in single_split_records(path, section, limit):
         fields = _ircot_record(rec, where) if "question_text" in rec else _original_record(
             rec, where)
         raw_id = fields.pop("_id")
         rid = str(raw_id) if raw_id not in (None, "") else (
-            key or fallback_id(path, where))
+            key or fallback_id(where))
         out.append(make_example({"id": rid, **fields}))
     return unique_ids(out)
 

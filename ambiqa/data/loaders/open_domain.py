@@ -8,15 +8,13 @@ from typing import Any
 
 import dspy
 
-from ambiqa.data._io import Where, dedupe, iter_records, require, require_text, text_list
+from ambiqa.data._io import Where, dedupe, require, require_text, text_list
 from ambiqa.data.loaders.common import (
     dedupe_passages,
-    fallback_id,
     make_example,
     passage,
     record_id,
-    single_split,
-    take,
+    single_split_records,
     unique_ids,
 )
 from ambiqa.errors import DataError
@@ -37,10 +35,8 @@ def load_nq(path: str | Path, *, limit: int | None = None, section: str | None =
     flagged ``isgold`` when the file flags them, else every ``ctxs`` entry, else the
     ``nq_annotated_gold`` passage, else empty), ``id``.
     """
-    single_split(section, path)
-    path = Path(path)
     out: list[dspy.Example] = []
-    for where, rec, key in take(iter_records(path), limit):
+    for where, rec, key in single_split_records(path, section, limit):
         question = require_text(rec, "question", where)
         answers = _answers(rec, where, ("answers", "answer"))
         ctxs = rec.get("ctxs") or []
@@ -55,7 +51,7 @@ def load_nq(path: str | Path, *, limit: int | None = None, section: str | None =
             gold.append(passage(annotated.get("title"), annotated.get("chunked_long_answer")
                                  or annotated.get("long_answer")))
         out.append(make_example({
-            "id": record_id(rec, ("id", "question_id"), key or fallback_id(path, where)),
+            "id": record_id(rec, ("id", "question_id"), where, key),
             "question": question,
             "answers": answers,
             "gold_passages": dedupe_passages(gold),
@@ -79,10 +75,8 @@ def load_triviaqa(path: str | Path, *, limit: int | None = None, section: str | 
     Fields: ``question``, ``answers`` (the answer's Value then its Aliases), ``id``.
     Lower-case keys (the HF-datasets export) are accepted too.
     """
-    single_split(section, path)
-    path = Path(path)
     out: list[dspy.Example] = []
-    for where, rec, key in take(iter_records(path, _triviaqa_unwrap), limit):
+    for where, rec, key in single_split_records(path, section, limit, _triviaqa_unwrap):
         released = "Question" in rec or "Answer" in rec  # else the lower-case HF export
         qkey, akey = ("Question", "Answer") if released else ("question", "answer")
         question = require_text(rec, qkey, where)
@@ -94,8 +88,7 @@ def load_triviaqa(path: str | Path, *, limit: int | None = None, section: str | 
         aliases = text_list(answer.get("Aliases", answer.get("aliases")) or [], where,
                             f"{akey}.Aliases")
         out.append(make_example({
-            "id": record_id(rec, ("QuestionId", "question_id"),
-                             key or fallback_id(path, where)),
+            "id": record_id(rec, ("QuestionId", "question_id"), where, key),
             "question": question,
             "answers": dedupe([value, *aliases]),
         }))
@@ -121,10 +114,8 @@ def load_webq(path: str | Path, *, limit: int | None = None, section: str | None
     ``{utterance, targetValue: "(list (description ...))", url}``. Fields: ``question``,
     ``answers``, ``id``.
     """
-    single_split(section, path)
-    path = Path(path)
     out: list[dspy.Example] = []
-    for where, rec, key in take(iter_records(path), limit):
+    for where, rec, key in single_split_records(path, section, limit):
         if "utterance" in rec and "question" not in rec:
             question = require_text(rec, "utterance", where)
             answers = _webq_targets(require_text(rec, "targetValue", where), where)
@@ -132,7 +123,7 @@ def load_webq(path: str | Path, *, limit: int | None = None, section: str | None
             question = require_text(rec, "question", where)
             answers = _answers(rec, where, ("answer", "answers"))
         out.append(make_example({
-            "id": record_id(rec, ("id",), key or fallback_id(path, where)),
+            "id": record_id(rec, ("id",), where, key),
             "question": question,
             "answers": answers,
         }))
