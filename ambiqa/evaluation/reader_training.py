@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ambiqa import fsutil
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.evaluation.extractive import (
     MANIFEST_FORMAT,
@@ -70,19 +71,9 @@ __all__ = [
 
 
 def refuse_repo_output(out_dir: Path) -> None:
-    """Checkpoints are build products: never write them inside a git checkout's tree.
-
-    A hidden directory at the top of a checkout (``.ambiqa-cache``, git-ignored, where the
-    test suite keeps its cache) is allowed, as for ColBERT checkpoints.
-    """
-    here = out_dir.expanduser().resolve()
-    for parent in (here, *here.parents):
-        if (parent / ".git").exists():
-            rel = here.relative_to(parent)
-            if rel.parts and rel.parts[0].startswith("."):
-                return
-            raise ConfigError(f"refusing to write a reader checkpoint inside the git "
-                              f"repository {parent}",
+    """Reader checkpoints are build products: never write them inside a git checkout's tree
+    (a hidden top-level directory such as ``.ambiqa-cache`` is allowed, as for ColBERT)."""
+    fsutil.refuse_repo_output(out_dir, "a reader checkpoint",
                               hint=f"use the cache (default: {readers_dir()}/<name>) or a "
                                    "directory outside the repository")
 

@@ -45,7 +45,12 @@ from typing import Any
 
 from ambiqa.checks import check_int
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
-from ambiqa.fsutil import atomic_write_json, sha256_file, swap_dir_into_place
+from ambiqa.fsutil import (
+    atomic_write_json,
+    refuse_repo_output,
+    sha256_file,
+    swap_dir_into_place,
+)
 from ambiqa.retrieval.checkpoint import (
     INFO_FILE,
     RUN_KEYS,
@@ -196,7 +201,9 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
                           hint="pass --dense-index dense:NAME (build it with "
                                "`ambiqa index CORPUS --kind dense --name NAME`)")
     out_dir = Path(out).expanduser() if out else trained_checkpoint_dir(dim)
-    _refuse_repo_output(out_dir)
+    refuse_repo_output(out_dir, "a ColBERT checkpoint",
+                       hint="use the cache (default) or a directory outside the repository, "
+                            "e.g. --out ~/colbert-ckpt")
     work = out_dir.with_name(out_dir.name + ".work")
     if fresh:
         shutil.rmtree(work, ignore_errors=True)
@@ -419,19 +426,6 @@ def _read_state(work: Path) -> dict[str, Any] | None:
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
                      if old.get(k) != new.get(k))
-
-
-def _refuse_repo_output(out_dir: Path) -> None:
-    """Checkpoints are build products: never write them inside a git checkout's tracked tree."""
-    here = out_dir.resolve()
-    for parent in (here, *here.parents):
-        if (parent / ".git").exists():
-            rel = here.relative_to(parent)
-            if not rel.parts or not rel.parts[0].startswith("."):
-                raise ConfigError(f"refusing to write a checkpoint into the repository {parent}",
-                                  hint="use the cache (default) or a directory outside the "
-                                       "repository, e.g. --out ~/colbert-ckpt")
-            return
 
 
 __all__ = ["TrainingTimeout", "train_colbert", "trained_checkpoint_dir", "ordered_triples"]

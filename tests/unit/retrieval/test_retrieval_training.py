@@ -350,3 +350,16 @@ def test_cpu_training_substitutes_colbert_internals_and_restores_them():
         assert restored == [opt] and isinstance(opt, before[2])
     assert (torch.nn.parallel.DistributedDataParallel, ct.manage_checkpoints, ct.AdamW,
             ct.print_progress) == before
+
+
+def test_training_refuses_to_write_into_a_git_checkout(tmp_path):
+    import subprocess
+
+    from ambiqa.retrieval.training import train_colbert
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    with pytest.raises(ConfigError, match="ColBERT checkpoint inside the git repository"):
+        train_colbert(out=repo / "ckpt")
+    assert not (repo / "ckpt.work").exists()
