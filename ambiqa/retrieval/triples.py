@@ -363,15 +363,10 @@ def _random_negative(rng: random.Random, n: int, exclude: set[int], answers: Seq
 
 
 def in_memory_bm25(corpus: Sequence[Passage]) -> Any:
-    """An in-memory BM25 retriever over the corpus (2-3 s for 13k passages)."""
-    import bm25s
+    """An in-memory BM25 retriever over the corpus (the miner of BM25 negatives)."""
+    from ambiqa.retrieval.bm25 import BM25Retriever
 
-    from ambiqa.retrieval.bm25 import BM25Retriever, _tokenize
-
-    model = bm25s.BM25()
-    model.index(_tokenize([f"{p.title} {p.text}" for p in corpus], return_ids=True),
-                show_progress=False)
-    return BM25Retriever(model, corpus)
+    return BM25Retriever.in_memory(corpus)
 
 
 # ---- persistence (plain JSON / JSONL) ------------------------------------------------------
