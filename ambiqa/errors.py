@@ -32,10 +32,6 @@ class RetrievalIndexError(AmbiqaError):
     """A retrieval index is missing, corrupt or built from another corpus."""
 
 
-# The earlier name (a trailing underscore to dodge the builtin); kept so existing code works.
-IndexError_ = RetrievalIndexError
-
-
 class ArtifactError(AmbiqaError):
     """A compiled-program artifact cannot be read, validated or written."""
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ambiqa.errors import ConfigError
+
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None],
                  mode: str = "w") -> None:
@@ -75,3 +77,20 @@ def swap_dir_into_place(tmp: str | os.PathLike[str], target: str | os.PathLike[s
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def refuse_repo_output(out_dir: str | os.PathLike[str], what: str, hint: str) -> None:
+    """Build products (checkpoints) never go inside a git checkout's tree: a
+    :class:`ConfigError` "refusing to write ``what`` inside the git repository ...".
+
+    A hidden directory at the top of a checkout (``.ambiqa-cache``, git-ignored, where the test
+    suite keeps its cache) is allowed.
+    """
+    here = Path(out_dir).expanduser().resolve()
+    for parent in (here, *here.parents):
+        if (parent / ".git").exists():
+            rel = here.relative_to(parent)
+            if rel.parts and rel.parts[0].startswith("."):
+                return
+            raise ConfigError(f"refusing to write {what} inside the git repository {parent}",
+                              hint=hint)

@@ -58,11 +58,11 @@ def teacher_validation(dense: Any, validation: list[dict[str, Any]], corpus: lis
     """validation_scores' protocol with the dense retriever as the scorer."""
     import numpy as np
 
-    from ambiqa.retrieval.triples import _bm25, colbert_text
+    from ambiqa.retrieval.triples import colbert_text, in_memory_bm25
     from ambiqa.types import Passage
 
     items = validation[:n]
-    bm25 = _bm25(corpus)
+    bm25 = in_memory_bm25(corpus)
     p1 = mrr = 0.0
     for item in items:
         positives = set(item["positives"])
@@ -88,9 +88,9 @@ def teacher_validation(dense: Any, validation: list[dict[str, Any]], corpus: lis
 
 def prepare(out: Path, dense_spec: str, nway: int, npp: int) -> None:
     from ambiqa.data.corpus import load_corpus
-    from ambiqa.retrieval.checkpoint import identity_checkpoint
+    from ambiqa.retrieval.checkpoint import identity_checkpoint, start_checkpoint
     from ambiqa.retrieval.factory import open_retriever
-    from ambiqa.retrieval.training import _start_checkpoint, validation_scores
+    from ambiqa.retrieval.training import validation_scores
     from ambiqa.retrieval.triples import (
         build_training_data,
         load_training_data,
@@ -123,7 +123,7 @@ def prepare(out: Path, dense_spec: str, nway: int, npp: int) -> None:
         _save(res)
     if "pca-128 start (untrained)" not in val:
         work.mkdir(parents=True, exist_ok=True)
-        start = _start_checkpoint(128, work, data.collection)
+        start = start_checkpoint(128, work, data.collection)
         val["pca-128 start (untrained)"] = validation_scores(start, data.validation, corpus)
         _save(res)
     print(json.dumps(val, indent=1))

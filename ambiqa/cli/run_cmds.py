@@ -27,9 +27,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     lm_from_args(args)
     pred = program(question=args.question)
     if args.json:
-        from ambiqa.evaluation.runner import _prediction_dict
+        from ambiqa.evaluation.runner import prediction_dict
 
-        print(json.dumps({**_prediction_dict(pred), "trace": pred.trace}, indent=2))
+        print(json.dumps({**prediction_dict(pred), "trace": pred.trace}, indent=2))
     else:
         print_prediction(pred, make_console())
     return 0

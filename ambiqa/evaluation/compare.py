@@ -213,7 +213,7 @@ def render_comparison(result: dict[str, Any], plot: str | None) -> str:
 def write_comparison(result: dict[str, Any], out_dir: str | Path,
                      quality_metric: str | None = None) -> Path:
     """Write ``compare.md``, ``comparison.json`` and ``quality_vs_cost.png`` into ``out_dir``."""
-    from ambiqa.evaluation.report import _json_safe
+    from ambiqa.evaluation.report import json_safe
 
     out_dir = Path(out_dir)
     try:
@@ -238,7 +238,7 @@ def write_comparison(result: dict[str, Any], out_dir: str | Path,
     except Exception:  # no matplotlib: the tables still render
         plot_rel = None
     try:
-        atomic_write_json(out_dir / "comparison.json", _json_safe(result))
+        atomic_write_json(out_dir / "comparison.json", json_safe(result))
         atomic_write_text(out_dir / "compare.md", render_comparison(result, plot_rel))
     except OSError as exc:
         raise write_error(out_dir, exc) from exc

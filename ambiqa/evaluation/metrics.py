@@ -16,6 +16,9 @@ Where each definition comes from:
 * RWR, MRWR, MRLR -- EoR (Li et al.), eq. 1-3.
 * G-Precision, G-Recall, G-F1, |Q|, Sufficient% -- VerDICt (Lee et al.), sec. 4.3, 5.1.1 and
   App. A.
+
+One module on purpose (~500 lines): small pure functions over one shared answer
+normalisation, with the sources above in one list; a split by paper would scatter both.
 """
 
 from __future__ import annotations

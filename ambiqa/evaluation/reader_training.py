@@ -17,6 +17,11 @@ same configuration resumes from the last save. The data order is a function of (
 and dropout is re-seeded from (seed, step), so a resumed run takes the same steps an unbroken
 one would. The finished checkpoint (weights, config, tokenizer) gets ``reader_manifest.json``,
 written last: data, example counts, steps, seed, sha256 of the weights, validation scores.
+
+The example building lives in :mod:`ambiqa.evaluation.reader_data` and the scoring (validation,
+null-threshold choice) in :mod:`ambiqa.evaluation.reader_validation`; this module keeps the
+training loop, its resumable state and the finished checkpoint, and re-exports the other two so
+``from ambiqa.evaluation.reader_training import ...`` keeps working.
 """
 
 from __future__ import annotations
@@ -25,299 +30,50 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ambiqa import fsutil
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.evaluation.extractive import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     WEIGHTS_NAME,
     ExtractiveReader,
-    Window,
     default_reader_dir,
-    locate_answer,
     pad_batch,
     readers_dir,
-    windows,
 )
+from ambiqa.evaluation.reader_data import (
+    ReaderExample,
+    build_examples,
+    build_hotpot_examples,
+    build_passage_examples,
+    featurize,
+    holdout_examples,
+    holdout_long_answer_examples,
+    remove_sentence,
+    training_examples,
+)
+from ambiqa.evaluation.reader_validation import calibrate_null_threshold, validate
 from ambiqa.fsutil import atomic_write_json, sha256_file
 
-
-@dataclass
-class ReaderExample:
-    """One SQuAD-style example; ``answer_start is None`` marks a no-answer example."""
-
-    qid: str
-    question: str
-    context: str
-    answer: str
-    answer_start: int | None
-    aliases: list[str]
-
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
-
-
-def remove_sentence(context: str, start: int, end: int) -> str:
-    """``context`` without the sentence(s) holding ``[start, end)`` ("" if nothing is left)."""
-    bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(context)), len(context)]
-    left = max(b for b in bounds if b <= start)
-    right = min(b for b in bounds if b >= end)
-    return " ".join((context[:left] + " " + context[right:]).split())
-
-
-def build_examples(records: Sequence[Any], *, removed_negatives: float = 0.0, seed: int = 0
-                   ) -> tuple[list[ReaderExample], dict[str, int]]:
-    """Reader examples from ASQA-style records (``qa_pairs``, ``long_answers``) and counts.
-
-    One example per (long answer, disambiguated question). Counts: ``questions`` (records),
-    ``long_answers``, ``answerable`` (span found), ``no_answer`` (no alias in the long answer).
-
-    ``removed_negatives`` (a share, 0 = none) adds SQuAD 2.0-style no-answer examples of the
-    kind D-F1 meets in system outputs: the long answer with the sentence that held the answer
-    deleted (kept only when no alias survives elsewhere), counted as ``no_answer_removed``.
-    Human long answers almost always cover every interpretation, so without these the reader
-    would hardly ever see a long answer that leaves one out.
-    """
-    out: list[ReaderExample] = []
-    counts = {"questions": 0, "long_answers": 0, "answerable": 0, "no_answer": 0,
-              "no_answer_removed": 0}
-    rng = random.Random(seed)
-    for rec in records:
-        get = rec.get if isinstance(rec, dict) else (lambda k, d=None, r=rec: getattr(r, k, d))
-        pairs = get("qa_pairs") or []
-        contexts = [str(c) for c in (get("long_answers") or []) if str(c).strip()]
-        counts["questions"] += 1
-        counts["long_answers"] += len(contexts)
-        rid = str(get("id") or counts["questions"])
-        for a, context in enumerate(contexts):
-            for p, pair in enumerate(pairs):
-                question = str(pair.get("question") or "").strip()
-                aliases = [str(x) for x in (pair.get("short_answers") or []) if str(x).strip()]
-                if not question or not aliases:
-                    continue
-                span = locate_answer(context, aliases)
-                if span is None:
-                    counts["no_answer"] += 1
-                    out.append(ReaderExample(f"{rid}/{a}/{p}", question, context, "", None,
-                                             aliases))
-                else:
-                    counts["answerable"] += 1
-                    out.append(ReaderExample(f"{rid}/{a}/{p}", question, context,
-                                             context[span[0]:span[1]], span[0], aliases))
-                    if removed_negatives > 0 and rng.random() < removed_negatives:
-                        rest = remove_sentence(context, *span)
-                        if rest and locate_answer(rest, aliases) is None:
-                            counts["no_answer_removed"] += 1
-                            out.append(ReaderExample(f"{rid}/{a}/{p}/removed", question, rest,
-                                                     "", None, aliases))
-    return out, counts
-
-
-def _field(rec: Any, key: str, default: Any = None) -> Any:
-    return rec.get(key, default) if isinstance(rec, dict) else getattr(rec, key, default)
-
-
-def build_passage_examples(records: Sequence[Any], *, negatives_per_pair: int = 1,
-                           seed: int = 0) -> tuple[list[ReaderExample], dict[str, int]]:
-    """Reader examples from ASQA's grounding passages (``gold_passages``: title, text).
-
-    For each disambiguated question, every passage of its ASQA question that contains one of
-    the pair's short answers (alias match, as for long answers) is an answerable example; of
-    the passages of the same question that contain none of the pair's answers, up to
-    ``negatives_per_pair`` (seeded choice) become no-answer examples. These negatives share the
-    question's topic, so they teach the reader to abstain on a relevant text that does not
-    answer *this* interpretation -- the case D-F1 meets in system long answers.
-    Counts: ``answerable``, ``no_answer``, ``pairs`` (pairs with at least one example).
-    """
-    out: list[ReaderExample] = []
-    counts = {"questions": 0, "passages": 0, "pairs": 0, "answerable": 0, "no_answer": 0}
-    rng = random.Random(seed)
-    for n, rec in enumerate(records):
-        rid = str(_field(rec, "id") or n)
-        passages = [str(p.get("text") or "") for p in (_field(rec, "gold_passages") or [])
-                    if isinstance(p, dict) and str(p.get("text") or "").strip()]
-        counts["questions"] += 1
-        counts["passages"] += len(passages)
-        for k, pair in enumerate(_field(rec, "qa_pairs") or []):
-            question = str(pair.get("question") or "").strip()
-            aliases = [str(x) for x in (pair.get("short_answers") or []) if str(x).strip()]
-            if not question or not aliases:
-                continue
-            misses = []
-            made = 0
-            for j, text in enumerate(passages):
-                span = locate_answer(text, aliases)
-                if span is None:
-                    misses.append((j, text))
-                    continue
-                made += 1
-                counts["answerable"] += 1
-                out.append(ReaderExample(f"{rid}/passage{j}/{k}", question, text,
-                                         text[span[0]:span[1]], span[0], aliases))
-            for j, text in rng.sample(misses, min(negatives_per_pair, len(misses))):
-                made += 1
-                counts["no_answer"] += 1
-                out.append(ReaderExample(f"{rid}/passage{j}/{k}/none", question, text, "",
-                                         None, aliases))
-            counts["pairs"] += made > 0
-    return out, counts
-
-
-def build_hotpot_examples(records: Sequence[Any], *, seed: int = 0
-                          ) -> tuple[list[ReaderExample], dict[str, int]]:
-    """Reader examples from HotpotQA records (``contexts``: title, text, is_supporting).
-
-    Each supporting paragraph that contains the answer is an answerable example; one seeded
-    distractor paragraph (not supporting, no answer in it) per question is a no-answer example.
-    Yes/no questions are skipped: their answer is not a span. Counts: ``answerable``,
-    ``no_answer``, ``skipped_yes_no``.
-    """
-    out: list[ReaderExample] = []
-    counts = {"questions": 0, "answerable": 0, "no_answer": 0, "skipped_yes_no": 0}
-    rng = random.Random(seed)
-    for n, rec in enumerate(records):
-        rid = str(_field(rec, "id") or n)
-        question = str(_field(rec, "question") or "").strip()
-        answer = str(_field(rec, "answer") or "").strip()
-        counts["questions"] += 1
-        if answer.lower() in {"yes", "no"}:
-            counts["skipped_yes_no"] += 1
-            continue
-        if not question or not answer:
-            continue
-        paras = [p for p in (_field(rec, "contexts") or []) if isinstance(p, dict)
-                 and str(p.get("text") or "").strip()]
-        distractors = []
-        for j, para in enumerate(paras):
-            text = str(para["text"])
-            span = locate_answer(text, [answer])
-            if para.get("is_supporting") and span is not None:
-                counts["answerable"] += 1
-                out.append(ReaderExample(f"{rid}/{j}", question, text,
-                                         text[span[0]:span[1]], span[0], [answer]))
-            elif not para.get("is_supporting") and span is None:
-                distractors.append((j, text))
-        if distractors:
-            j, text = rng.choice(distractors)
-            counts["no_answer"] += 1
-            out.append(ReaderExample(f"{rid}/{j}/none", question, text, "", None, [answer]))
-    return out, counts
-
-
-def training_examples(cfg: TrainConfig, limit: int | None = None
-                      ) -> tuple[list[ReaderExample], dict[str, Any]]:
-    """All training examples ``cfg`` asks for, and counts per source.
-
-    Sources: ``long_answers`` (always, from ``cfg.train``), ``asqa_passages`` (if
-    ``cfg.asqa_passages``: the grounding passages of the same training questions) and
-    ``hotpotqa`` (if ``cfg.hotpotqa`` names a HotpotQA training split). The last
-    ``cfg.holdout`` questions of ``cfg.train`` are left out of every source: they are the
-    training-split validation set (:func:`holdout_examples`). Every split must be a training
-    split; evaluation data is refused.
-    """
-    from ambiqa.data.specs import is_training_split, load_dataset
-
-    for spec in (cfg.train, cfg.hotpotqa):
-        if spec and not is_training_split(spec):
-            raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
-                              hint="use training splits, e.g. asqa:train, hotpotqa:train")
-    records = list(load_dataset(cfg.train))
-    if limit:
-        records = records[:limit]
-    if cfg.holdout:
-        records = records[:-cfg.holdout] if cfg.holdout < len(records) else []
-    examples, counts = build_examples(records, removed_negatives=cfg.removed_negatives,
-                                      seed=cfg.seed)
-    per_source: dict[str, Any] = {**counts, "long_answers_source": dict(counts)}
-    if cfg.asqa_passages:
-        extra, c = build_passage_examples(records, seed=cfg.seed)
-        examples += extra
-        per_source["asqa_passages"] = c
-    if cfg.hotpotqa:
-        hot = list(load_dataset(cfg.hotpotqa))
-        if limit:
-            hot = hot[:limit]
-        extra, c = build_hotpot_examples(hot, seed=cfg.seed)
-        examples += extra
-        per_source["hotpotqa"] = c
-    return examples, per_source
-
-
-def holdout_examples(cfg: TrainConfig) -> list[ReaderExample]:
-    """The training-split validation examples: the grounding-passage examples of the last
-    ``cfg.holdout`` questions of ``cfg.train`` (never trained on by a reader that set
-    ``holdout``). Used to choose the default reader without touching evaluation data."""
-    from ambiqa.data.specs import load_dataset
-
-    if not cfg.holdout:
-        return []
-    records = list(load_dataset(cfg.train))[-cfg.holdout:]
-    return build_passage_examples(records, seed=cfg.seed + 1)[0]
-
-
-def holdout_long_answer_examples(cfg: TrainConfig) -> list[ReaderExample]:
-    """The long-answer examples of the same held-out questions (what D-F1 reads), built as
-    for training, answer-sentence-removed negatives included. A reader trained without
-    ``holdout`` (v1) has seen these questions, which favours it in any comparison."""
-    from ambiqa.data.specs import load_dataset
-
-    if not cfg.holdout:
-        return []
-    records = list(load_dataset(cfg.train))[-cfg.holdout:]
-    return build_examples(records, removed_negatives=cfg.removed_negatives,
-                          seed=cfg.seed + 1)[0]
-
-
-def featurize(tokenizer: Any, examples: Sequence[ReaderExample], *, max_length: int,
-              doc_stride: int, max_question_tokens: int) -> list[Window]:
-    """Training windows with ``meta['start'/'end']`` labels (0 = the null span at [CLS]).
-
-    A window that does not contain the whole answer span is labelled null, as in the SQuAD 2.0
-    recipe, so long contexts teach the reader to abstain on windows that miss the answer.
-    """
-    feats: list[Window] = []
-    for ex in examples:
-        for w in windows(tokenizer, ex.question, ex.context, max_length=max_length,
-                         doc_stride=doc_stride, max_question_tokens=max_question_tokens):
-            start = end = 0
-            if ex.answer_start is not None:
-                a0, a1 = ex.answer_start, ex.answer_start + len(ex.answer)
-                s_tok = e_tok = None
-                for i in range(w.context_start, w.context_end):
-                    off = w.offsets[i]
-                    assert off is not None
-                    if s_tok is None and off[0] <= a0 < off[1]:
-                        s_tok = i
-                    if off[0] < a1 <= off[1]:
-                        e_tok = i
-                if s_tok is not None and e_tok is not None and e_tok >= s_tok:
-                    start, end = s_tok, e_tok
-            w.meta = {"start": start, "end": end, "qid": ex.qid}
-            feats.append(w)
-    return feats
+__all__ = [
+    "ReaderExample", "TrainConfig", "build_examples", "build_hotpot_examples",
+    "build_passage_examples", "calibrate_and_validate", "calibrate_null_threshold", "featurize",
+    "holdout_examples", "holdout_long_answer_examples", "refuse_repo_output", "remove_sentence",
+    "train_reader", "training_examples", "validate",
+]
 
 
 def refuse_repo_output(out_dir: Path) -> None:
-    """Checkpoints are build products: never write them inside a git checkout's tree.
-
-    A hidden directory at the top of a checkout (``.ambiqa-cache``, git-ignored, where the
-    test suite keeps its cache) is allowed, as for ColBERT checkpoints.
-    """
-    here = out_dir.expanduser().resolve()
-    for parent in (here, *here.parents):
-        if (parent / ".git").exists():
-            rel = here.relative_to(parent)
-            if rel.parts and rel.parts[0].startswith("."):
-                return
-            raise ConfigError(f"refusing to write a reader checkpoint inside the git "
-                              f"repository {parent}",
+    """Reader checkpoints are build products: never write them inside a git checkout's tree
+    (a hidden top-level directory such as ``.ambiqa-cache`` is allowed, as for ColBERT)."""
+    fsutil.refuse_repo_output(out_dir, "a reader checkpoint",
                               hint=f"use the cache (default: {readers_dir()}/<name>) or a "
                                    "directory outside the repository")
 
@@ -417,62 +173,6 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
     if step < warmup:
         return (step + 1) / max(1, warmup)
     return max(0.0, (total - step) / max(1, total - warmup))
-
-
-def validate(reader: ExtractiveReader, dev: Sequence[Any], *,
-             examples: Sequence[ReaderExample] | None = None) -> dict[str, Any]:
-    """Validation scores of a reader on evaluation data (ASQA dev by default).
-
-    ``d_f1_human``: Disambig-F1 when the reader reads the annotators' own long answers (mean
-    over annotators, then over questions) -- an upper-bound check of the reader itself.
-    ``squad``: EM/F1 on the dev reader examples built like the training ones, split into
-    answerable examples and no-answer ones (accuracy of abstaining).
-    """
-    from ambiqa.evaluation.metrics import exact_match, token_f1
-
-    per_q: list[float] = []
-    t0 = time.perf_counter()
-    reads = 0
-    for rec in dev:
-        pairs = list(rec.get("qa_pairs") or [])
-        longs = list(rec.get("long_answers") or [])
-        scores = []
-        for long_answer in longs:
-            if not pairs:
-                continue
-            f1s = [token_f1(reader.answer(str(p["question"]), str(long_answer)),
-                            p["short_answers"]) for p in pairs]
-            reads += len(pairs)
-            scores.append(sum(f1s) / len(f1s))
-        if scores:
-            per_q.append(sum(scores) / len(scores))
-    elapsed = time.perf_counter() - t0
-    out: dict[str, Any] = {
-        "n_questions": len(per_q),
-        "d_f1_human": round(sum(per_q) / len(per_q), 4) if per_q else None,
-        "ms_per_read": round(1000 * elapsed / max(1, reads), 2),
-        "ms_per_question": round(1000 * elapsed / max(1, len(per_q)), 1),
-    }
-    if examples:
-        ans = [e for e in examples if e.answer_start is not None]
-        noans = [e for e in examples if e.answer_start is None]
-        preds = {e.qid: reader.answer(e.question, e.context) for e in examples}
-        out["squad"] = {
-            "answerable": len(ans), "no_answer": len(noans),
-            "answerable_em": round(sum(exact_match(preds[e.qid], e.aliases) for e in ans)
-                                   / max(1, len(ans)), 4),
-            "answerable_f1": round(sum(token_f1(preds[e.qid], e.aliases) for e in ans)
-                                   / max(1, len(ans)), 4),
-            "answerable_abstained": round(sum(not preds[e.qid] for e in ans)
-                                          / max(1, len(ans)), 4),
-            "no_answer_accuracy": round(sum(not preds[e.qid] for e in noans)
-                                        / max(1, len(noans)), 4),
-            # SQuAD 2.0 F1 over all examples: a no-answer example scores 1 when abstained on
-            "overall_f1": round((sum(token_f1(preds[e.qid], e.aliases) for e in ans)
-                                 + sum(not preds[e.qid] for e in noans))
-                                / max(1, len(examples)), 4),
-        }
-    return out
 
 
 def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | None = None,
@@ -654,30 +354,6 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
     shutil.rmtree(work, ignore_errors=True)
     return calibrate_and_validate(out, dev=dev, threads=threads, log=log,
                                   calibration_sample=calibration_sample, limit=limit)
-
-
-def calibrate_null_threshold(margins: Sequence[float], texts: Sequence[str],
-                             examples: Sequence[ReaderExample]) -> dict[str, Any]:
-    """The null threshold that maximises SQuAD 2.0 F1 on ``examples`` (the official script's
-    ``best_f1_thresh``): an answerable example scores the token F1 of its best span if that
-    span beats the null score by more than the threshold, else 0; a no-answer example scores 1
-    when the reader abstains. ``margins`` are best span score minus null score."""
-    from ambiqa.evaluation.metrics import token_f1
-
-    gains = [token_f1(t, e.aliases) if e.answer_start is not None else 0.0
-             for t, e in zip(texts, examples, strict=True)]
-    null_gain = [0.0 if e.answer_start is not None else 1.0 for e in examples]
-    n = max(1, len(examples))
-
-    def score(th: float) -> float:
-        return sum(g if m > th else z for m, g, z in zip(margins, gains, null_gain,
-                                                         strict=True)) / n
-
-    candidates = sorted({0.0, float("-inf"), *(m - 1e-6 for m in margins)})
-    best = max(candidates, key=lambda th: (round(score(th), 6), -abs(th)))
-    return {"null_threshold": best if math.isfinite(best) else -1e9,
-            "f1_at_threshold": round(score(best), 4), "f1_at_zero": round(score(0.0), 4),
-            "abstain_share": round(sum(m <= best for m in margins) / n, 4)}
 
 
 def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",

@@ -299,7 +299,7 @@ def write_run_report(run_dir: str | Path, *, rows: list[dict[str, Any]] | None =
     if plots and rows:
         rendered = _draw(run_dir, rows, summary, names, notes)
     try:
-        atomic_write_json(run_dir / "summary.json", _json_safe(summary))
+        atomic_write_json(run_dir / "summary.json", json_safe(summary))
         atomic_write_text(run_dir / "report.md", render_markdown(summary, rendered, notes))
     except OSError as exc:
         raise write_error(run_dir, exc) from exc
@@ -332,12 +332,12 @@ def _draw(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
     return out
 
 
-def _json_safe(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """NaN is not JSON: write null (a metric no example could score)."""
     if isinstance(obj, float) and math.isnan(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ambiqa.errors import ConfigError
+from ambiqa.checks import check_int
 from ambiqa.tracing import CostTrace, track
 
 
@@ -26,10 +26,7 @@ class Budget:
     """At most ``max_lm_calls`` LM calls inside :meth:`watch` (None: unlimited)."""
 
     def __init__(self, max_lm_calls: int | None = None) -> None:
-        if max_lm_calls is not None and (isinstance(max_lm_calls, bool)
-                                         or not isinstance(max_lm_calls, int)
-                                         or max_lm_calls < 0):
-            raise ConfigError(f"--max-lm-calls must be an integer >= 0, got {max_lm_calls!r}")
+        check_int("--max-lm-calls", max_lm_calls, 0, none_ok=True)
         self.max_lm_calls = max_lm_calls
         self._trace: CostTrace | None = None
         self.stopped = False

@@ -14,25 +14,12 @@ and :func:`ambiqa.load` re-installs the selector.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import dspy
 import numpy as np
 
-_ENCODER_LOCK = threading.Lock()
-_ENCODER: Any = None
-
-
-def default_encoder() -> Any:
-    """The shared MiniLM sentence encoder (loaded once, offline)."""
-    global _ENCODER
-    with _ENCODER_LOCK:
-        if _ENCODER is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            _ENCODER = get_encoder()
-        return _ENCODER
+from ambiqa.retrieval.encoder import SharedEncoder
 
 
 def _key_field(signature: Any) -> str:
@@ -52,13 +39,13 @@ class KNNPredict(dspy.Predict):
     """
 
     knn_k: int = 2
-    knn_encoder: Any = None
+    knn_encoder = SharedEncoder()  # None: the shared MiniLM, loaded on first use
 
     def _knn_select(self, inputs: dict[str, Any]) -> list[Any]:
         field = _key_field(self.signature)
         demos = list(self.demos)
         keys = [_text(d.get(field, "") if hasattr(d, "get") else "") for d in demos]
-        encoder = self.knn_encoder or default_encoder()
+        encoder = self.knn_encoder
         cached = getattr(self, "_knn_cache", None)
         if cached is None or cached[0] != keys:
             vecs = np.asarray(encoder.encode(keys), dtype=np.float32)

@@ -62,6 +62,7 @@ from typing import Any
 
 import dspy
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.compile import SafeMetric, bootstrap, score_program
@@ -105,8 +106,7 @@ class TuneConfig:
     allow_eval_splits: bool = False
 
     def check(self, recipe: Recipe) -> None:
-        if not isinstance(self.trials, int) or self.trials < 1:
-            raise ConfigError(f"--trials must be a positive integer, got {self.trials!r}")
+        check_int("--trials", self.trials)
         bad = [t for t in self.teleprompters if t not in TUNE_TELEPROMPTERS]
         if bad or not self.teleprompters:
             raise ConfigError(f"teleprompters a trial can choose: {', '.join(TUNE_TELEPROMPTERS)}"

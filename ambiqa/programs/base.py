@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from ambiqa.errors import ConfigError
 from ambiqa.programs.config import ProgramConfig
 from ambiqa.retrieval.base import Retriever
+from ambiqa.retrieval.encoder import SharedEncoder as SharedEncoder  # re-export for programs
 from ambiqa.signatures.common import budget_words
 from ambiqa.tracing import record_budget_cut, record_event, track
 from ambiqa.types import Interpretation, Passage
@@ -138,29 +139,6 @@ class AmbiqaProgram(dspy.Module):
         out["passages"] = [p.to_dict() if isinstance(p, Passage) else p for p in out["passages"]]
         out["trace"] = trace.summary()
         return dspy.Prediction(**out)
-
-
-class SharedEncoder:
-    """Descriptor for a program's sentence encoder: the one passed in, else the shared
-    all-MiniLM-L6-v2 (:func:`ambiqa.retrieval.encoder.get_encoder`) loaded on first use, so
-    building a program stays cheap. The value lives in the instance as ``_<name>``, which a
-    deep copy carries over (encoders are shared resources, so copies share them)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.slot = f"_{name}"
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        enc = obj.__dict__.get(self.slot)
-        if enc is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            enc = obj.__dict__[self.slot] = get_encoder()
-        return enc
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        obj.__dict__[self.slot] = value
 
 
 def safe_step(step: str, fn, default):

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.tracing import record_retrieval
 from ambiqa.types import Passage, SharedResource
@@ -38,8 +39,7 @@ def check_query(query: object, k: object) -> tuple[str, int]:
         raise ConfigError(f"a query must be a string, got {type(query).__name__}")
     if not query.strip():
         raise ConfigError("a query must not be empty or whitespace")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigError(f"k must be a positive integer, got {k!r}")
+    check_int("k", k)
     return query, k
 
 
@@ -95,10 +95,6 @@ class TimedSearch:
 
     def __exit__(self, *exc: object) -> None:
         record_retrieval(self.retriever, self.query, self.k, self.start, time.perf_counter())
-
-
-# The context manager's earlier, function-style name; retrievers outside this package use it.
-timed_search = TimedSearch
 
 
 class InMemoryRetriever(SharedResource):

@@ -29,9 +29,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,7 @@ DEFAULT_QUERY_MAXLEN = 32
 REQUIRED_FILES = ("config.json", WEIGHTS_FILE, "artifact.metadata", "vocab.txt")
 # RunSettings that colbert-ai would copy into artifact.metadata; they describe the process
 # that saved the file (cwd, timestamps, GPU count), not the model, and are overridden on load.
-_RUN_KEYS = ("overwrite", "root", "experiment", "index_root", "name", "rank", "nranks", "amp",
+RUN_KEYS = ("overwrite", "root", "experiment", "index_root", "name", "rank", "nranks", "amp",
              "gpus", "avoid_fork_if_possible", "index_path", "collection", "triples", "queries",
              "index_name")
 
@@ -133,7 +135,7 @@ def _write_identity(out: Path, final_path: Path) -> None:
     AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
 
     config.configure(checkpoint=str(final_path))
-    metadata = {k: v for k, v in config.export().items() if k not in _RUN_KEYS}
+    metadata = {k: v for k, v in config.export().items() if k not in RUN_KEYS}
     metadata["checkpoint"] = str(final_path)
     metadata["meta"] = {"version": "colbert-v0.4", "built_by": "ambiqa"}
     atomic_write_json(out / "artifact.metadata", metadata)
@@ -241,3 +243,59 @@ def _is_complete(path: Path) -> bool:
     return path.is_dir() and all((path / f).is_file() for f in (*REQUIRED_FILES, INFO_FILE))
 
 
+# ---- the start of training -----------------------------------------------------------------
+def start_checkpoint(dim: int, work: Path, corpus_texts: Sequence[str]) -> Path:
+    """Where ColBERT training starts: the identity checkpoint (dim 384), or for a smaller
+    ``dim`` a MiniLM checkpoint whose projection is the PCA of MiniLM's token embeddings over
+    a sample of ``corpus_texts`` (made once under ``work``)."""
+    ident = identity_checkpoint()
+    if dim == DIM:
+        return ident
+    target = work / f"start-pca-{dim}"
+    if (target / INFO_FILE).is_file():
+        return target
+    from safetensors.torch import load_file, save_file
+
+    tmp = work / f".start-pca-{dim}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ident, tmp)
+    state = load_file(str(tmp / WEIGHTS_FILE))
+    proj = _pca_projection(ident, corpus_texts, dim)
+    state["linear.weight"] = proj.to(state["linear.weight"].dtype).contiguous()
+    save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+    meta = json.loads((tmp / "artifact.metadata").read_text())
+    meta.update({"dim": dim, "checkpoint": str(target)})
+    atomic_write_json(tmp / "artifact.metadata", meta)
+    cfg = json.loads((tmp / "config.json").read_text())
+    atomic_write_json(tmp / "config.json", cfg)
+    info = json.loads((tmp / INFO_FILE).read_text())
+    info.update({"kind": "trained", "name": f"minilm-pca-{dim}", "dim": dim,
+                 "weights_sha256": sha256_file(tmp / WEIGHTS_FILE), "init": "pca"})
+    atomic_write_json(tmp / INFO_FILE, info)
+    if target.exists():
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, target)
+    return target
+
+
+def _pca_projection(ident: Path, texts: Sequence[str], dim: int, sample: int = 400) -> Any:
+    """Top-``dim`` right singular vectors of MiniLM token embeddings of ``sample`` texts."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    rng = random.Random(0)
+    chosen = rng.sample(list(texts), min(sample, len(texts)))
+    tok = AutoTokenizer.from_pretrained(str(ident))
+    model = AutoModel.from_pretrained(str(ident))
+    model.eval()
+    rows = []
+    with torch.no_grad():
+        for i in range(0, len(chosen), 32):
+            enc = tok(chosen[i:i + 32], padding=True, truncation=True, max_length=180,
+                      return_tensors="pt")
+            out = model(**enc)[0]
+            rows.append(out[enc["attention_mask"].bool()])
+    x = torch.nn.functional.normalize(torch.cat(rows), dim=-1)
+    _, _, vh = torch.linalg.svd(x, full_matrices=False)
+    return vh[:dim].clone()

@@ -34,6 +34,7 @@ import numpy as np
 from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write
 from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
+from ambiqa.retrieval.encoder import SharedEncoder, get_encoder
 from ambiqa.types import Passage, SharedResource
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class DenseRetriever(SharedResource):
     """Cosine (= inner product of unit vectors) search over encoded ``title + text``."""
 
     name = "dense"
+    encoder = SharedEncoder()
 
     def __init__(self, passages: Sequence[Passage], embeddings: np.ndarray,
                  encoder: Any = None, encoder_name: str = "all-MiniLM-L6-v2",
@@ -114,7 +116,7 @@ class DenseRetriever(SharedResource):
                               f"embeddings of shape {embeddings.shape}", hint="rebuild the index")
         self.passages = list(passages)
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
-        self._encoder = encoder
+        self.encoder = encoder
         self.encoder_name = encoder_name
         self._by_id = {p.id: p for p in self.passages}
         self._fingerprint = passages_fingerprint("dense", self.passages, encoder_name)
@@ -132,7 +134,7 @@ class DenseRetriever(SharedResource):
               batch_size: int = 64) -> DenseRetriever:
         """Encode ``passages`` and persist the index under ``index_dir``."""
         passages = check_passages(passages, "dense")
-        encoder = encoder or _default_encoder()
+        encoder = encoder or get_encoder()
         vecs = encoder.encode([p.render() for p in passages], batch_size=batch_size)
         vecs = np.asarray(vecs, dtype=np.float32)
         enc_name = str(getattr(encoder, "name", type(encoder).__name__))
@@ -170,12 +172,6 @@ class DenseRetriever(SharedResource):
     @property
     def fingerprint(self) -> str:
         return self._fingerprint
-
-    @property
-    def encoder(self) -> Any:
-        if self._encoder is None:
-            self._encoder = _default_encoder()
-        return self._encoder
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
@@ -228,9 +224,3 @@ class DenseRetriever(SharedResource):
         # stable order: score descending, then corpus position (deterministic ties)
         idx = sorted(idx.tolist(), key=lambda i: (-float(scores[i]), i))
         return [self.passages[i].with_score(float(scores[i])) for i in idx]
-
-
-def _default_encoder() -> Any:
-    from ambiqa.retrieval.encoder import get_encoder
-
-    return get_encoder()

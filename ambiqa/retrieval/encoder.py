@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,3 +88,25 @@ def get_encoder(path: str | Path | None = None) -> SentenceEncoder:
             enc = SentenceEncoder(path)
             _CACHE[key] = enc
         return enc
+
+
+class SharedEncoder:
+    """Descriptor for an object's sentence encoder: the one passed in, else the shared
+    all-MiniLM-L6-v2 (:func:`get_encoder`, always normalised) loaded on first use, so building
+    a program, a pool or a re-ranker stays cheap. The value lives in the instance as
+    ``_<name>``, which a deep copy carries over (encoders are shared resources, so copies
+    share them). Assigning ``None`` means "the shared one, when first needed"."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        enc = obj.__dict__.get(self.slot)
+        if enc is None:
+            enc = obj.__dict__[self.slot] = get_encoder()
+        return enc
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value

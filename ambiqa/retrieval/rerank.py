@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import TimedSearch, check_query
+from ambiqa.retrieval.encoder import SharedEncoder
 from ambiqa.tracing import record_compute
 from ambiqa.types import Passage, SharedResource
 
@@ -38,8 +40,7 @@ def _order(scores: Sequence[float], candidates: Sequence[Passage], k: int | None
 
 
 def _check_k(k: int | None) -> None:
-    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise ConfigError(f"k must be a positive integer or None, got {k!r}")
+    check_int("k", k, none_ok=True)
 
 
 class SentenceReranker(SharedResource):
@@ -47,16 +48,10 @@ class SentenceReranker(SharedResource):
 
     name = "sbert"
 
+    encoder = SharedEncoder()
+
     def __init__(self, encoder: Any = None) -> None:
-        self._encoder = encoder
-
-    @property
-    def encoder(self) -> Any:
-        if self._encoder is None:
-            from ambiqa.retrieval.encoder import get_encoder
-
-            self._encoder = get_encoder()
-        return self._encoder
+        self.encoder = encoder
 
     @property
     def id(self) -> str:
@@ -168,8 +163,7 @@ class RerankingRetriever(SharedResource):
     """``base``'s top ``depth`` candidates re-ranked by ``reranker``; a Retriever itself."""
 
     def __init__(self, base: Any, reranker: Any, depth: int = 50) -> None:
-        if not isinstance(depth, int) or depth < 1:
-            raise ConfigError(f"depth must be a positive integer, got {depth!r}")
+        check_int("depth", depth)
         self.base, self.reranker, self.depth = base, reranker, depth
         self.name = f"{getattr(base, 'name', 'retriever')}+{getattr(reranker, 'name', 'rr')}"
         self.index_name = getattr(base, "index_name", None)

@@ -3,7 +3,8 @@
 colbert-ai's ``Trainer`` launches worker processes and wraps the model in
 ``DistributedDataParallel`` without a process group: on CPU the worker crashes and the parent
 waits forever. ambiqa instead calls ``colbert.training.training.train`` in this process with
-three substitutions, in force only while it runs:
+three substitutions (:func:`ambiqa.retrieval.colbert.patches.cpu_training`, with the other
+colbert-ai patches), in force only while it runs:
 
 * ``torch.nn.parallel.DistributedDataParallel`` -> a pass-through module (one process, no
   gradient sync needed);
@@ -30,26 +31,32 @@ only when training finished. Default ``<out>`` is ``$AMBIQA_CACHE/colbert/minilm
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import random
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from ambiqa.checks import check_int
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
-from ambiqa.fsutil import atomic_write_json, sha256_file, swap_dir_into_place
+from ambiqa.fsutil import (
+    atomic_write_json,
+    refuse_repo_output,
+    sha256_file,
+    swap_dir_into_place,
+)
 from ambiqa.retrieval.checkpoint import (
-    _RUN_KEYS,
     INFO_FILE,
+    RUN_KEYS,
     WEIGHTS_FILE,
     default_cache_dir,
-    identity_checkpoint,
+    start_checkpoint,
 )
 from ambiqa.retrieval.triples import TrainingData, load_training_data, save_training_data
 
@@ -92,91 +99,15 @@ def _settings(dim: int, steps: int, bsize: int, lr: float, nway: int, doc_maxlen
 
 
 def _check_args(dim: int, steps: int, bsize: int, lr: float, save_every: int) -> None:
-    if not isinstance(dim, int) or not 8 <= dim <= 384:
-        raise ConfigError(f"dim must be an integer in 8..384 (MiniLM's width), got {dim!r}")
-    if not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"steps must be a positive integer, got {steps!r}")
-    if not isinstance(bsize, int) or bsize < 2:
-        raise ConfigError(f"bsize must be an integer >= 2, got {bsize!r}")
+    check_int("dim", dim, 8, maximum=384, hint="384 is MiniLM's width")
+    check_int("steps", steps)
+    check_int("bsize", bsize, 2)
     if not lr > 0:
         raise ConfigError(f"lr must be positive, got {lr!r}")
-    if not isinstance(save_every, int) or save_every < 1:
-        raise ConfigError(f"save_every must be a positive integer, got {save_every!r}")
+    check_int("save_every", save_every)
 
 
-# ---- the start checkpoint ------------------------------------------------------------------
-def _start_checkpoint(dim: int, work: Path, corpus_texts: Sequence[str]) -> Path:
-    """Identity (dim 384) or a PCA-projection MiniLM checkpoint for smaller ``dim``."""
-    ident = identity_checkpoint()
-    if dim == 384:
-        return ident
-    target = work / f"start-pca-{dim}"
-    if (target / INFO_FILE).is_file():
-        return target
-    from safetensors.torch import load_file, save_file
-
-    tmp = work / f".start-pca-{dim}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(ident, tmp)
-    state = load_file(str(tmp / WEIGHTS_FILE))
-    proj = _pca_projection(ident, corpus_texts, dim)
-    state["linear.weight"] = proj.to(state["linear.weight"].dtype).contiguous()
-    save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-    meta = json.loads((tmp / "artifact.metadata").read_text())
-    meta.update({"dim": dim, "checkpoint": str(target)})
-    atomic_write_json(tmp / "artifact.metadata", meta)
-    cfg = json.loads((tmp / "config.json").read_text())
-    atomic_write_json(tmp / "config.json", cfg)
-    info = json.loads((tmp / INFO_FILE).read_text())
-    info.update({"kind": "trained", "name": f"minilm-pca-{dim}", "dim": dim,
-                 "weights_sha256": sha256_file(tmp / WEIGHTS_FILE), "init": "pca"})
-    atomic_write_json(tmp / INFO_FILE, info)
-    if target.exists():
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, target)
-    return target
-
-
-def _pca_projection(ident: Path, texts: Sequence[str], dim: int, sample: int = 400) -> Any:
-    """Top-``dim`` right singular vectors of MiniLM token embeddings of ``sample`` texts."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    rng = random.Random(0)
-    chosen = rng.sample(list(texts), min(sample, len(texts)))
-    tok = AutoTokenizer.from_pretrained(str(ident))
-    model = AutoModel.from_pretrained(str(ident))
-    model.eval()
-    rows = []
-    with torch.no_grad():
-        for i in range(0, len(chosen), 32):
-            enc = tok(chosen[i:i + 32], padding=True, truncation=True, max_length=180,
-                      return_tensors="pt")
-            out = model(**enc)[0]
-            rows.append(out[enc["attention_mask"].bool()])
-    x = torch.nn.functional.normalize(torch.cat(rows), dim=-1)
-    _, _, vh = torch.linalg.svd(x, full_matrices=False)
-    return vh[:dim].clone()
-
-
-# ---- colbert-ai substitutions --------------------------------------------------------------
-def _pass_through_cls() -> Any:
-    import torch
-
-    class PassThrough(torch.nn.Module):
-        """Stands in for DistributedDataParallel in a single CPU process."""
-
-        def __init__(self, module: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__()
-            self.module = module
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            return self.module(*args, **kwargs)
-
-    return PassThrough
-
-
+# ---- resumable state ---------------------------------------------------------------------
 def _save_optimizer(optimizer: Any, out: Path) -> None:
     from safetensors.torch import save_file
 
@@ -210,42 +141,12 @@ def _write_checkpoint_files(model: Any, out: Path, final_path: Path, info: dict[
     if any(out.glob("*.bin")) or not (out / WEIGHTS_FILE).is_file():
         raise ModelError(f"checkpoint at {out} was not saved as safetensors")
     meta = json.loads((out / "artifact.metadata").read_text())
-    meta = {k: v for k, v in meta.items() if k not in _RUN_KEYS}
+    meta = {k: v for k, v in meta.items() if k not in RUN_KEYS}
     meta["checkpoint"] = str(final_path)
     meta.pop("model_name", None)  # a set model_name sends the tokenizer to the network
     meta["meta"] = {"version": "colbert-v0.4", "built_by": "ambiqa"}
     atomic_write_json(out / "artifact.metadata", meta)
     atomic_write_json(out / INFO_FILE, {**info, "weights_sha256": sha256_file(out / WEIGHTS_FILE)})
-
-
-@contextlib.contextmanager
-def _patched_training(hook: Any, record_scores: Any, resume_from: Path | None
-                      ) -> Iterator[None]:
-    import torch
-    from colbert.training import training as colbert_training
-
-    from ambiqa.retrieval.colbert import query_fit_for_training
-
-    saved = (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
-             colbert_training.AdamW, colbert_training.print_progress)
-    base_adamw = saved[2]
-
-    class ResumableAdamW(base_adamw):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            if resume_from is not None and (resume_from / OPTIMIZER_FILE).is_file():
-                _load_optimizer(self, resume_from)
-
-    torch.nn.parallel.DistributedDataParallel = _pass_through_cls()
-    colbert_training.manage_checkpoints = hook
-    colbert_training.AdamW = ResumableAdamW
-    colbert_training.print_progress = record_scores
-    try:
-        with query_fit_for_training():  # queries grow to fit, as at search time
-            yield
-    finally:
-        (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
-         colbert_training.AdamW, colbert_training.print_progress) = saved
 
 
 # ---- the public entry point ----------------------------------------------------------------
@@ -300,7 +201,9 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
                           hint="pass --dense-index dense:NAME (build it with "
                                "`ambiqa index CORPUS --kind dense --name NAME`)")
     out_dir = Path(out).expanduser() if out else trained_checkpoint_dir(dim)
-    _refuse_repo_output(out_dir)
+    refuse_repo_output(out_dir, "a ColBERT checkpoint",
+                       hint="use the cache (default) or a directory outside the repository, "
+                            "e.g. --out ~/colbert-ckpt")
     work = out_dir.with_name(out_dir.name + ".work")
     if fresh:
         shutil.rmtree(work, ignore_errors=True)
@@ -363,13 +266,15 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
         return _finish(resume_from, out_dir, settings, data, state or {})
 
     from ambiqa.retrieval.colbert import captured_output, import_colbert
+    from ambiqa.retrieval.colbert.patches import cpu_training
+    from ambiqa.retrieval.colbert.progress import TrainingProgress
 
     import_colbert()
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    start = resume_from or _start_checkpoint(dim, work, data.collection)
+    start = resume_from or start_checkpoint(dim, work, data.collection)
     triples = ordered_triples(data, steps, bsize, seed, distill)[done * bsize:]
     started_at = time.monotonic()
     deadline = None if timeout_s is None else started_at + timeout_s
@@ -384,7 +289,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
             "init": "identity" if dim == 384 else "pca", "doc_maxlen": doc_maxlen,
             "query_maxlen": query_maxlen, "query_fit": True, "similarity": "cosine"}
 
-    bar = _Bar(steps, done, progress)
+    bar = TrainingProgress(steps, done, progress)
     losses: list[float] = run_state["losses"]
     seg_t0 = time.monotonic()
     base_seconds = run_state["train_seconds"]  # from earlier runs of this training
@@ -424,11 +329,13 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
     config = _colbert_config(start, dim, bsize, lr, nway, ib_negatives, doc_maxlen,
                              query_maxlen, steps - done, distill_alpha)
     from colbert.training.training import train as colbert_train
+    restore = (partial(_load_optimizer, src=resume_from) if resume_from is not None
+               and (resume_from / OPTIMIZER_FILE).is_file() else None)
 
     log_path = work / TRAIN_LOG
     try:
         with captured_output(log_path) as terminal, \
-                _patched_training(hook, record_scores, resume_from):
+                cpu_training(hook, record_scores, restore):
             bar.start(terminal)
             try:
                 colbert_train(config, triples, {i: q for i, q in enumerate(data.queries)},
@@ -521,60 +428,6 @@ def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
                      if old.get(k) != new.get(k))
 
 
-def _refuse_repo_output(out_dir: Path) -> None:
-    """Checkpoints are build products: never write them inside a git checkout's tracked tree."""
-    here = out_dir.resolve()
-    for parent in (here, *here.parents):
-        if (parent / ".git").exists():
-            rel = here.relative_to(parent)
-            if not rel.parts or not rel.parts[0].startswith("."):
-                raise ConfigError(f"refusing to write a checkpoint into the repository {parent}",
-                                  hint="use the cache (default) or a directory outside the "
-                                       "repository, e.g. --out ~/colbert-ckpt")
-            return
-
-
-class _Bar:
-    """A rich progress bar with loss and ETA on the real terminal (colbert-ai's output is
-    captured into the log)."""
-
-    def __init__(self, total: int, done: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, done, enabled
-        self._progress: Any = None
-        self._task: Any = None
-
-    def start(self, stream: IO[str]) -> None:
-        if not self.enabled:
-            return
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(TextColumn("training ColBERT"), BarColumn(),
-                                  MofNCompleteColumn(), TextColumn("{task.fields[loss]}"),
-                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                  console=Console(file=stream))
-        self._progress.start()
-        self._task = self._progress.add_task("train", total=self.total, completed=self.done,
-                                             loss="")
-
-    def update(self, step: int, loss: float | None) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=step,
-                                  loss=f"loss {loss:.3f}" if loss is not None else "")
-
-    def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-
 __all__ = ["TrainingTimeout", "train_colbert", "trained_checkpoint_dir", "ordered_triples"]
 
 
@@ -588,13 +441,13 @@ def validation_scores(checkpoint: str | os.PathLike[str], validation: Sequence[d
     intermediate checkpoints and dims can be compared in a minute.
     """
     from ambiqa.retrieval.rerank import ColBERTReranker
-    from ambiqa.retrieval.triples import _bm25
+    from ambiqa.retrieval.triples import in_memory_bm25
     from ambiqa.types import Passage
 
     items = list(validation)[:n]
     if not items:
         raise ConfigError("no validation queries (train with holdout > 0)")
-    bm25 = _bm25(list(corpus))
+    bm25 = in_memory_bm25(list(corpus))
     rr = ColBERTReranker(checkpoint=checkpoint)
     p1 = mrr = 0.0
     for item in items:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.fsutil import atomic_write, atomic_write_json
 from ambiqa.types import Passage
@@ -178,8 +179,7 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
         raise ConfigError("negatives_per_positive must be at least 1")
     if not 0.0 <= random_share <= 1.0:
         raise ConfigError("random_share must be in [0, 1]")
-    if not isinstance(nway, int) or nway < 2:
-        raise ConfigError(f"nway must be an integer >= 2, got {nway!r}")
+    check_int("nway", nway, 2)
     if teacher and dense is None:
         raise ConfigError("teacher scores need the dense retriever (dense=...)")
     corpus = list(corpus)
@@ -238,7 +238,8 @@ def build_training_data(corpus: Iterable[Passage], sources: Sequence[str] = DEFA
     pid_index = {p.id: i for i, p in enumerate(corpus)}
     texts = [q for q, _, _, _ in items]
     pools_by_miner: dict[str, list[list[int]]] = {
-        "bm25": [[pid_index[p.id] for p in r] for r in _bm25(corpus).batch_search(texts, k=depth)]}
+        "bm25": [[pid_index[p.id] for p in r]
+                 for r in in_memory_bm25(corpus).batch_search(texts, k=depth)]}
     q_vecs = None
     if dense is not None:
         import numpy as np
@@ -361,16 +362,11 @@ def _random_negative(rng: random.Random, n: int, exclude: set[int], answers: Seq
     return next(i for i in range(n) if i not in exclude)
 
 
-def _bm25(corpus: Sequence[Passage]) -> Any:
-    """An in-memory BM25 retriever over the corpus (2-3 s for 13k passages)."""
-    import bm25s
+def in_memory_bm25(corpus: Sequence[Passage]) -> Any:
+    """An in-memory BM25 retriever over the corpus (the miner of BM25 negatives)."""
+    from ambiqa.retrieval.bm25 import BM25Retriever
 
-    from ambiqa.retrieval.bm25 import BM25Retriever, _tokenize
-
-    model = bm25s.BM25()
-    model.index(_tokenize([f"{p.title} {p.text}" for p in corpus], return_ids=True),
-                show_progress=False)
-    return BM25Retriever(model, corpus)
+    return BM25Retriever.in_memory(corpus)
 
 
 # ---- persistence (plain JSON / JSONL) ------------------------------------------------------

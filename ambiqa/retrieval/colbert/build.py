@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.fsutil import atomic_write_json, swap_dir_into_place
 from ambiqa.retrieval.base import PassageCheck
@@ -61,10 +62,8 @@ def build(passages: Iterable[Passage] | str | os.PathLike[str], index_root: Path
     check_name(name)
     if nbits not in (1, 2, 4, 8):
         raise ConfigError(f"nbits must be 1, 2, 4 or 8, got {nbits!r}")
-    if not isinstance(doc_maxlen, int) or not 8 <= doc_maxlen <= 512:
-        raise ConfigError(f"doc_maxlen must be an integer in 8..512, got {doc_maxlen!r}")
-    if not isinstance(nranks, int) or nranks < 1:
-        raise ConfigError(f"nranks must be a positive integer, got {nranks!r}")
+    check_int("doc_maxlen", doc_maxlen, 8, maximum=512)
+    check_int("nranks", nranks)
     if kmeans_share is not None and not 0.0 < kmeans_share <= 1.0:
         raise ConfigError(f"kmeans_share must be in (0, 1], got {kmeans_share!r}")
     index_root = Path(index_root).expanduser()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import ConfigError, DataError, IndexError_
+from ambiqa.errors import ConfigError, DataError, RetrievalIndexError
 from ambiqa.types import Passage
 
 MANIFEST = "ambiqa_manifest.json"
@@ -76,31 +76,32 @@ def rebuild_hint(name: str) -> str:
 
 
 def validate_manifest(data: object, index_dir: Path) -> dict[str, Any]:
-    """Check a manifest's keys and types; raise :class:`IndexError_` naming the problem."""
+    """Check a manifest's keys and types; raise :class:`RetrievalIndexError` naming the problem."""
     name = index_dir.name
     where = index_dir / MANIFEST
     if not isinstance(data, dict):
-        raise IndexError_(f"index manifest {where} is not a JSON object",
-                          hint=f"rebuild the index: {rebuild_hint(name)}")
+        raise RetrievalIndexError(f"index manifest {where} is not a JSON object",
+                                  hint=f"rebuild the index: {rebuild_hint(name)}")
     for key, typ in MANIFEST_KEYS.items():
         value = data.get(key)
         ok = isinstance(value, typ) and not isinstance(value, bool)
         if typ is float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok:
-            raise IndexError_(f"index manifest {where} lacks a valid {key!r}",
-                              hint=f"rebuild the index: {rebuild_hint(name)}")
+            raise RetrievalIndexError(f"index manifest {where} lacks a valid {key!r}",
+                                      hint=f"rebuild the index: {rebuild_hint(name)}")
     if data["format"] != FORMAT_VERSION:
-        raise IndexError_(f"index {index_dir} has manifest format {data['format']}, this ambiqa "
-                          f"reads format {FORMAT_VERSION}",
-                          hint=f"rebuild the index: {rebuild_hint(name)}")
+        raise RetrievalIndexError(
+            f"index {index_dir} has manifest format {data['format']}, this ambiqa "
+            f"reads format {FORMAT_VERSION}",
+            hint=f"rebuild the index: {rebuild_hint(name)}")
     if data["n_passages"] < 1:
-        raise IndexError_(f"index manifest {where} records no passages",
-                          hint=f"rebuild the index: {rebuild_hint(name)}")
+        raise RetrievalIndexError(f"index manifest {where} records no passages",
+                                  hint=f"rebuild the index: {rebuild_hint(name)}")
     ckpt = data["checkpoint"]
     if not isinstance(ckpt.get("path"), str) or ckpt.get("kind") not in ("identity", "trained"):
-        raise IndexError_(f"index manifest {where} has no valid checkpoint record",
-                          hint=f"rebuild the index: {rebuild_hint(name)}")
+        raise RetrievalIndexError(f"index manifest {where} has no valid checkpoint record",
+                                  hint=f"rebuild the index: {rebuild_hint(name)}")
     return data
 
 
@@ -109,18 +110,18 @@ def read_manifest(index_dir: str | os.PathLike[str]) -> dict[str, Any]:
     index_dir = Path(index_dir)
     name = index_dir.name
     if not index_dir.is_dir():
-        raise IndexError_(f"no ColBERT index at {index_dir}",
-                          hint=f"build it first: {rebuild_hint(name)}")
+        raise RetrievalIndexError(f"no ColBERT index at {index_dir}",
+                                  hint=f"build it first: {rebuild_hint(name)}")
     path = index_dir / MANIFEST
     if not path.is_file():
-        raise IndexError_(f"{index_dir} has no {MANIFEST}: the index is incomplete "
-                          "(an interrupted build) or not an ambiqa index",
-                          hint=f"rebuild it: {rebuild_hint(name)}")
+        raise RetrievalIndexError(f"{index_dir} has no {MANIFEST}: the index is incomplete "
+                                  "(an interrupted build) or not an ambiqa index",
+                                  hint=f"rebuild it: {rebuild_hint(name)}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise IndexError_(f"index manifest {path} is unreadable or corrupt ({exc})",
-                          hint=f"rebuild the index: {rebuild_hint(name)}") from exc
+        raise RetrievalIndexError(f"index manifest {path} is unreadable or corrupt ({exc})",
+                                  hint=f"rebuild the index: {rebuild_hint(name)}") from exc
     return validate_manifest(data, index_dir)
 
 
@@ -129,8 +130,8 @@ def check_colbert_files(index_dir: Path, n_passages: int) -> None:
     name = index_dir.name
     missing = [f for f in COLBERT_FILES if not (index_dir / f).is_file()]
     if missing:
-        raise IndexError_(f"index {index_dir} lacks colbert-ai files: {', '.join(missing)}",
-                          hint=f"rebuild the index: {rebuild_hint(name)}")
+        raise RetrievalIndexError(f"index {index_dir} lacks colbert-ai files: {', '.join(missing)}",
+                                  hint=f"rebuild the index: {rebuild_hint(name)}")
     try:
         meta = json.loads((index_dir / "metadata.json").read_text(encoding="utf-8"))
         n_chunks = int(meta["num_chunks"])
@@ -141,11 +142,13 @@ def check_colbert_files(index_dir: Path, n_passages: int) -> None:
                 if not (index_dir / f"{i}.{suffix}").is_file():
                     raise FileNotFoundError(f"{i}.{suffix}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise IndexError_(f"index {index_dir} has corrupt or missing colbert-ai files ({exc})",
-                          hint=f"rebuild the index: {rebuild_hint(name)}") from exc
+        raise RetrievalIndexError(
+            f"index {index_dir} has corrupt or missing colbert-ai files ({exc})",
+            hint=f"rebuild the index: {rebuild_hint(name)}") from exc
     if counted != n_passages:
-        raise IndexError_(f"index {index_dir} holds {counted} passages but its manifest says "
-                          f"{n_passages}", hint=f"rebuild the index: {rebuild_hint(name)}")
+        raise RetrievalIndexError(
+            f"index {index_dir} holds {counted} passages but its manifest says "
+            f"{n_passages}", hint=f"rebuild the index: {rebuild_hint(name)}")
 
 
 def read_collection(index_dir: Path, manifest: dict[str, Any]) -> list[Passage]:
@@ -153,29 +156,30 @@ def read_collection(index_dir: Path, manifest: dict[str, Any]) -> list[Passage]:
     path = index_dir / COLLECTION
     hint = f"rebuild the index: {rebuild_hint(index_dir.name)}"
     if not path.is_file():
-        raise IndexError_(f"index {index_dir} lacks {COLLECTION}", hint=hint)
+        raise RetrievalIndexError(f"index {index_dir} lacks {COLLECTION}", hint=hint)
     passages, fp = [], CorpusFingerprint()
     try:
         for p in iter_corpus(path):
             passages.append(p)
             fp.update(p)
     except DataError as exc:
-        raise IndexError_(f"index collection is corrupt: {exc.message}", hint=hint) from exc
+        raise RetrievalIndexError(f"index collection is corrupt: {exc.message}", hint=hint) from exc
     if len(passages) != manifest["n_passages"] or fp.hexdigest() != manifest["corpus_sha256"]:
-        raise IndexError_(f"{path} does not match the index manifest (changed after the build)",
-                          hint=hint)
+        raise RetrievalIndexError(
+            f"{path} does not match the index manifest (changed after the build)",
+            hint=hint)
     return passages
 
 
 def check_corpus(manifest: dict[str, Any], corpus: Iterable[Passage] | str | os.PathLike[str],
                  index_dir: Path) -> None:
-    """Raise :class:`IndexError_` if ``corpus`` is not the corpus the index was built from."""
+    """Raise :class:`RetrievalIndexError` if ``corpus`` is not the one the index was built from."""
     sha = corpus_fingerprint(corpus)
     if sha != manifest["corpus_sha256"]:
-        raise IndexError_(f"index {index_dir} was built from a different corpus "
-                          f"(fingerprint {manifest['corpus_sha256'][:16]}, given corpus "
-                          f"{sha[:16]})",
-                          hint=f"rebuild it from this corpus: {rebuild_hint(index_dir.name)}")
+        raise RetrievalIndexError(
+            f"index {index_dir} was built from a different corpus "
+            f"(fingerprint {manifest['corpus_sha256'][:16]}, given corpus {sha[:16]})",
+            hint=f"rebuild it from this corpus: {rebuild_hint(index_dir.name)}")
 
 
 def check_name(name: object) -> None:

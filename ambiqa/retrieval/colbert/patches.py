@@ -10,7 +10,10 @@ MiniLM checkpoint; an upgrade of colbert-ai is checked against this module and n
   ``torch.distributed`` gloo shim that lets several CPU ranks index;
 * :func:`fit_query_tensors`, :func:`install_query_fit`, :func:`query_fit_for_training` --
   queries grow to fit instead of being cut at ``query_maxlen``;
-* :func:`build_progress_hooks` -- the stage and batch hooks the progress bar observes.
+* :func:`build_progress_hooks` -- the stage and batch hooks the progress bar observes;
+* :func:`cpu_training` -- colbert-ai's training loop in one CPU process (its ``Trainer``
+  spawns workers that wrap the model in ``DistributedDataParallel`` without a process group,
+  which crashes on CPU while the parent waits forever).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import ConfigError, IndexError_
+from ambiqa.errors import ConfigError, RetrievalIndexError
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +69,8 @@ def import_colbert() -> None:
                 import colbert.indexer  # noqa: F401
                 import colbert.searcher  # noqa: F401
         except ImportError as exc:
-            raise IndexError_(f"colbert-ai cannot be imported: {exc}",
-                              hint="pip install colbert-ai==0.2.22 faiss-cpu") from exc
+            raise RetrievalIndexError(f"colbert-ai cannot be imported: {exc}",
+                                      hint="pip install colbert-ai==0.2.22 faiss-cpu") from exc
         finally:
             multiprocessing.set_start_method(previous_method, force=True)
             if previous_tok is None:
@@ -392,3 +395,57 @@ def build_progress_hooks(stages: Sequence[str], on_stage: Callable[[str], None],
     finally:
         for owner, attr, original in reversed(patches):
             setattr(owner, attr, original)
+
+
+# --------------------------------------------------------------------------------------------
+# training on CPU
+# --------------------------------------------------------------------------------------------
+def _pass_through_cls() -> Any:
+    import torch
+
+    class PassThrough(torch.nn.Module):
+        """Stands in for DistributedDataParallel in a single CPU process."""
+
+        def __init__(self, module: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return self.module(*args, **kwargs)
+
+    return PassThrough
+
+
+@contextlib.contextmanager
+def cpu_training(hook: Callable[..., None], record_scores: Callable[[Any], None],
+                 restore_optimizer: Callable[[Any], None] | None = None) -> Iterator[None]:
+    """While it runs, ``colbert.training.training.train`` works in this one CPU process.
+
+    ``DistributedDataParallel`` becomes a pass-through module (no process group exists),
+    colbert-ai's per-step ``manage_checkpoints`` becomes ``hook``, its ``print_progress``
+    becomes ``record_scores``, its ``AdamW`` calls ``restore_optimizer(self)`` once built (a
+    resumed run's moments), and queries grow to fit as at search time. All are restored after.
+    """
+    import torch
+    from colbert.training import training as colbert_training
+
+    saved = (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
+             colbert_training.AdamW, colbert_training.print_progress)
+    base_adamw = saved[2]
+
+    class ResumableAdamW(base_adamw):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if restore_optimizer is not None:
+                restore_optimizer(self)
+
+    torch.nn.parallel.DistributedDataParallel = _pass_through_cls()
+    colbert_training.manage_checkpoints = hook
+    colbert_training.AdamW = ResumableAdamW
+    colbert_training.print_progress = record_scores
+    try:
+        with query_fit_for_training():  # queries grow to fit, as at search time
+            yield
+    finally:
+        (torch.nn.parallel.DistributedDataParallel, colbert_training.manage_checkpoints,
+         colbert_training.AdamW, colbert_training.print_progress) = saved

@@ -2,7 +2,8 @@
 
 :func:`captured_output` sends what colbert-ai, faiss and torch print (Python and C level) to a
 log file; :class:`BuildProgress` shows stages, a passage bar and a rough up-front estimate
-(:func:`estimate_build_seconds`). The hooks that observe colbert-ai's stages live with the
+(:func:`estimate_build_seconds`); :class:`TrainingProgress` is the training run's bar with its
+loss. The hooks that observe colbert-ai's stages live with the
 other colbert-ai patches (:func:`ambiqa.retrieval.colbert.patches.build_progress_hooks`).
 """
 
@@ -165,6 +166,47 @@ class BuildProgress:
     def _advance(self, n: int) -> None:
         if self._progress is not None:
             self._progress.advance(self._task, n)
+
+
+class TrainingProgress:
+    """A rich progress bar with loss and ETA on the real terminal (colbert-ai's output is
+    captured into the log)."""
+
+    def __init__(self, total: int, done: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, done, enabled
+        self._progress: Any = None
+        self._task: Any = None
+
+    def start(self, stream: IO[str]) -> None:
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(TextColumn("training ColBERT"), BarColumn(),
+                                  MofNCompleteColumn(), TextColumn("{task.fields[loss]}"),
+                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                  console=Console(file=stream))
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=self.total, completed=self.done,
+                                             loss="")
+
+    def update(self, step: int, loss: float | None) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step,
+                                  loss=f"loss {loss:.3f}" if loss is not None else "")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
 
 def fmt_seconds(s: float) -> str:

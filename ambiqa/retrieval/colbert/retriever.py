@@ -16,8 +16,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ambiqa.errors import AmbiqaError, ConfigError, IndexError_
-from ambiqa.retrieval.base import check_query, timed_search
+from ambiqa.checks import check_int
+from ambiqa.errors import AmbiqaError, RetrievalIndexError
+from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.colbert.build import build
 from ambiqa.retrieval.colbert.manifest import (
     LOG_FILE,
@@ -125,7 +126,7 @@ class ColBERTRetriever(SharedResource):
         """Open ``index_root/name``; the model loads on the first search.
 
         With ``corpus``, also check that the index was built from exactly that corpus (same
-        ids, titles and texts in the same order) and raise :class:`IndexError_` if not.
+        ids, titles and texts in the same order) and raise :class:`RetrievalIndexError` if not.
         """
         check_name(name)
         index_dir = Path(index_root).expanduser() / name
@@ -148,7 +149,7 @@ class ColBERTRetriever(SharedResource):
 
     def search(self, query: str, k: int = 5) -> list[Passage]:
         query, k = check_query(query, k)
-        with timed_search(self.name, query, k), self._lock:
+        with TimedSearch(self.name, query, k), self._lock:
             searcher = self._ensure_searcher()
             self._warn_if_truncated(searcher, query)
             q = searcher.checkpoint.queryFromText([query], to_cpu=True)
@@ -175,7 +176,7 @@ class ColBERTRetriever(SharedResource):
                 # drop the [PAD] rows a batch adds (zero vectors) so candidate generation
                 # sees exactly the query's own vectors
                 keep = int(row.norm(dim=-1).gt(0).nonzero().max()) + 1
-                with timed_search(self.name, q, k_), self._lock:
+                with TimedSearch(self.name, q, k_), self._lock:
                     out.append(self._rank(searcher, row[:keep].unsqueeze(0), k_))
         return out
 
@@ -203,14 +204,16 @@ class ColBERTRetriever(SharedResource):
         try:
             info = checkpoint_info(path)
         except AmbiqaError as exc:
-            raise IndexError_(f"index {self.index_dir} was built with checkpoint {path}, which "
-                              f"is unusable: {exc.message}",
-                              hint=f"restore the checkpoint or rebuild: "
-                                   f"{rebuild_hint(self.index_name)}") from exc
+            raise RetrievalIndexError(
+                f"index {self.index_dir} was built with checkpoint {path}, which "
+                f"is unusable: {exc.message}",
+                hint=f"restore the checkpoint or rebuild: "
+                f"{rebuild_hint(self.index_name)}") from exc
         if info["id"] != ckpt.get("id"):
-            raise IndexError_(f"index {self.index_dir} was built with checkpoint {ckpt.get('id')}"
-                              f" but {path} now holds {info['id']}",
-                              hint=f"rebuild the index: {rebuild_hint(self.index_name)}")
+            raise RetrievalIndexError(
+                f"index {self.index_dir} was built with checkpoint {ckpt.get('id')}"
+                f" but {path} now holds {info['id']}",
+                hint=f"rebuild the index: {rebuild_hint(self.index_name)}")
         from colbert.data import Collection
         from colbert.infra import Run, RunConfig
         from colbert.searcher import Searcher
@@ -286,8 +289,7 @@ def build_index(corpus_path: str | os.PathLike[str], name: str,
 
     root = Path(index_root).expanduser() if index_root else default_root()
     ckpt = Path(checkpoint) if checkpoint else default_checkpoint()
-    if not isinstance(shards, int) or shards < 1:
-        raise ConfigError(f"shards must be a positive integer, got {shards!r}")
+    check_int("shards", shards)
     if shards > 1:
         from ambiqa.retrieval.sharded import build_sharded
 

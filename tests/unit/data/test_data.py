@@ -573,3 +573,16 @@ def test_demo_files_are_package_data():
     assert demo_questions_path().parent.name == "demo"
     raw = json.loads(demo_questions_path().read_text(encoding="utf-8"))
     assert {r["split"] for r in raw} == {"train", "dev"}
+
+
+def test_records_without_an_id_get_a_stable_file_position_id(tmp_path):
+    """Own id first, then the mapping key, then ``<file stem>-<n>``; repeats get ``#n``."""
+    rows = [{"question": "q one", "answers": ["a"]},
+            {"id": "own", "question": "q two", "answers": ["b"]},
+            {"id": "own", "question": "q three", "answers": ["c"]}]
+    ids = [ex.id for ex in load_nq(_write_jsonl(tmp_path / "nq.dev.jsonl", rows))]
+    assert ids == ["nq-1", "own", "own#2"]
+    hotpot = [{"question": "q", "answer": "a", "context": [], "supporting_facts": []}]
+    assert [ex.id for ex in load_hotpotqa(_write_json(tmp_path / "hp.json", hotpot))] == ["hp-1"]
+    keyed = {"k1": {"question": "q", "answers": ["a"]}}
+    assert [ex.id for ex in load_nq(_write_json(tmp_path / "keyed.json", keyed))] == ["k1"]

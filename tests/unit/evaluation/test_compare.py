@@ -225,7 +225,7 @@ def test_evaluate_resume_extend_and_refusals_keep_results(tmp_path, capsys, shar
 
 def test_evaluate_unwritable_and_disk_full(tmp_path, capsys, shared_data, scripted_cli,
                                            monkeypatch):
-    from ambiqa.evaluation import runner as runner_mod
+    from ambiqa.evaluation import run_dir as run_dir_mod
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -233,7 +233,7 @@ def test_evaluate_unwritable_and_disk_full(tmp_path, capsys, shared_data, script
     assert "cannot create run directory" in capsys.readouterr().err
 
     out = tmp_path / "run"
-    real_fsync, calls = runner_mod.os.fsync, []
+    real_fsync, calls = run_dir_mod.os.fsync, []
 
     def fsync(fd):
         calls.append(fd)
@@ -241,12 +241,12 @@ def test_evaluate_unwritable_and_disk_full(tmp_path, capsys, shared_data, script
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_fsync(fd)
 
-    monkeypatch.setattr(runner_mod.os, "fsync", fsync)
+    monkeypatch.setattr(run_dir_mod.os, "fsync", fsync)
     assert _evaluate(out, data="asqa:dev:3") == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "disk full" in err and "Traceback" not in err
     first = ResultsFile(out / "results.jsonl").read()[0]
-    monkeypatch.setattr(runner_mod.os, "fsync", real_fsync)
+    monkeypatch.setattr(run_dir_mod.os, "fsync", real_fsync)
     assert _evaluate(out, "--resume", data="asqa:dev:3") == 0
     rows = ResultsFile(out / "results.jsonl").read()
     assert len(rows) == 3 and rows[0] == first  # the row written before the failure is kept

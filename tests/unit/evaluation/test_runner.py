@@ -10,6 +10,7 @@ import dspy
 import pytest
 
 from ambiqa.errors import ArtifactError, ConfigError, RunError
+from ambiqa.evaluation import run_dir as run_dir_mod
 from ambiqa.evaluation import runner as runner_mod
 from ambiqa.evaluation.runner import ResultsFile, RunSpec, call_with_timeout, evaluate
 
@@ -215,7 +216,7 @@ def test_retry_errors_supersedes_failed_rows(tmp_path):
 
 def test_disk_full_stops_the_run_and_keeps_written_rows(tmp_path, monkeypatch):
     spec = RunSpec(program="echo", data="toy:dev:6", metrics=["em"])
-    real_fsync, calls = runner_mod.os.fsync, []
+    real_fsync, calls = run_dir_mod.os.fsync, []
 
     def fsync(fd):
         calls.append(fd)
@@ -223,14 +224,14 @@ def test_disk_full_stops_the_run_and_keeps_written_rows(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_fsync(fd)
 
-    monkeypatch.setattr(runner_mod.os, "fsync", fsync)
+    monkeypatch.setattr(run_dir_mod.os, "fsync", fsync)
     with pytest.raises(ArtifactError, match="disk full") as err:
         evaluate(EchoProgram(), _examples(6), {"em": _em}, out_dir=tmp_path, spec=spec,
                  progress=False, report=False)
     assert "--resume" in str(err.value)
     kept = [r["id"] for r in ResultsFile(tmp_path / "results.jsonl").read()]
     assert kept[:2] == ["q0", "q1"]
-    monkeypatch.setattr(runner_mod.os, "fsync", real_fsync)
+    monkeypatch.setattr(run_dir_mod.os, "fsync", real_fsync)
     prog = EchoProgram()
     s = evaluate(prog, _examples(6), {"em": _em}, out_dir=tmp_path, spec=spec, resume=True,
                  progress=False, report=False)
@@ -266,7 +267,7 @@ def test_unwritable_run_directory_is_refused_before_any_work(tmp_path, monkeypat
     def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(runner_mod.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(run_dir_mod.tempfile, "mkstemp", denied)
     with pytest.raises(ConfigError, match="not writable: Permission denied"):
         evaluate(prog, _examples(2), {"em": _em}, out_dir=tmp_path / "ro", spec=spec,
                  progress=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ambiqa.errors import ConfigError, DataError, IndexError_, ModelError
+from ambiqa.errors import ConfigError, DataError, ModelError, RetrievalIndexError
 from ambiqa.retrieval import colbert as cb
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.checkpoint import validate_checkpoint
@@ -76,20 +76,20 @@ def test_valid_manifest_passes(tmp_path):
     {"build_seconds": "fast"}, {"dim": None},
 ])
 def test_invalid_manifest_is_rejected_with_fix(tmp_path, change):
-    with pytest.raises(IndexError_) as err:
+    with pytest.raises(RetrievalIndexError) as err:
         cb.validate_manifest(make_manifest(**change), tmp_path / "idx")
     assert "ambiqa_manifest.json" in str(err.value) or "format" in str(err.value)
     assert FIX + " idx" in err.value.hint
 
 
 def test_manifest_must_be_an_object(tmp_path):
-    with pytest.raises(IndexError_):
+    with pytest.raises(RetrievalIndexError):
         cb.validate_manifest(["not", "a", "dict"], tmp_path / "idx")
 
 
 # ---- loading ----------------------------------------------------------------------------------
 def test_load_missing_index_names_path_and_fix(tmp_path):
-    with pytest.raises(IndexError_) as err:
+    with pytest.raises(RetrievalIndexError) as err:
         ColBERTRetriever.load(tmp_path, "wiki")
     assert str(tmp_path / "wiki") in err.value.message
     assert err.value.hint.endswith(f"{FIX} wiki")
@@ -98,7 +98,7 @@ def test_load_missing_index_names_path_and_fix(tmp_path):
 def test_load_without_manifest_is_an_interrupted_build(tmp_path):
     d = fake_index(tmp_path)
     (d / cb.MANIFEST).unlink()
-    with pytest.raises(IndexError_) as err:
+    with pytest.raises(RetrievalIndexError) as err:
         ColBERTRetriever.load(tmp_path, "idx")
     assert "ambiqa_manifest.json" in err.value.message and str(d) in err.value.message
     assert FIX in err.value.hint
@@ -107,7 +107,7 @@ def test_load_without_manifest_is_an_interrupted_build(tmp_path):
 def test_load_corrupt_manifest(tmp_path):
     d = fake_index(tmp_path)
     (d / cb.MANIFEST).write_text('{"format": 1, "name": ')
-    with pytest.raises(IndexError_, match="corrupt") as err:
+    with pytest.raises(RetrievalIndexError, match="corrupt") as err:
         ColBERTRetriever.load(tmp_path, "idx")
     assert FIX in err.value.hint
 
@@ -138,7 +138,7 @@ def test_load_detects_corpus_mismatch(tmp_path):
     fake_index(tmp_path)
     ColBERTRetriever.load(tmp_path, "idx", corpus=PASSAGES)  # same corpus: fine
     changed = [PASSAGES[1], PASSAGES[0], PASSAGES[2]]  # order matters: pids are positions
-    with pytest.raises(IndexError_, match="different corpus") as err:
+    with pytest.raises(RetrievalIndexError, match="different corpus") as err:
         ColBERTRetriever.load(tmp_path, "idx", corpus=changed)
     assert FIX + " idx" in err.value.hint
     path = write_jsonl(tmp_path / "c.jsonl", [p.to_dict() for p in PASSAGES])
@@ -149,22 +149,22 @@ def test_collection_edited_after_build_is_detected(tmp_path):
     d = fake_index(tmp_path)
     text = (d / cb.COLLECTION).read_text().replace("alpha particles", "gamma rays")
     (d / cb.COLLECTION).write_text(text)
-    with pytest.raises(IndexError_, match="does not match the index manifest"):
+    with pytest.raises(RetrievalIndexError, match="does not match the index manifest"):
         ColBERTRetriever.load(tmp_path, "idx")
 
 
 def test_missing_colbert_files_and_count_mismatch(tmp_path):
     d = fake_index(tmp_path)
     (d / "ivf.pid.pt").unlink()
-    with pytest.raises(IndexError_, match="ivf.pid.pt"):
+    with pytest.raises(RetrievalIndexError, match="ivf.pid.pt"):
         ColBERTRetriever.load(tmp_path, "idx")
     d2 = fake_index(tmp_path, "idx2")
     (d2 / "doclens.0.json").write_text(json.dumps([10, 10]))
-    with pytest.raises(IndexError_, match="holds 2 passages but its manifest says 3"):
+    with pytest.raises(RetrievalIndexError, match="holds 2 passages but its manifest says 3"):
         ColBERTRetriever.load(tmp_path, "idx2")
     d3 = fake_index(tmp_path, "idx3")
     (d3 / "0.residuals.pt").unlink()
-    with pytest.raises(IndexError_, match="corrupt or missing"):
+    with pytest.raises(RetrievalIndexError, match="corrupt or missing"):
         ColBERTRetriever.load(tmp_path, "idx3")
 
 
@@ -246,7 +246,7 @@ def test_stale_builds_of_dead_processes_are_removed(tmp_path):
     with pytest.raises(DataError):
         ColBERTRetriever.build([], index_root=tmp_path, name="idx", progress=False)
     assert not stale.exists() and live.exists() and other.exists()
-    with pytest.raises(IndexError_):  # a leftover build directory never loads
+    with pytest.raises(RetrievalIndexError):  # a leftover build directory never loads
         ColBERTRetriever.load(tmp_path, "idx")
 
 

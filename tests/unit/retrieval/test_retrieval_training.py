@@ -315,3 +315,51 @@ def test_default_checkpoint_prefers_the_measured_best_trained_one(tmp_path, monk
     for f in (*REQUIRED_FILES, INFO_FILE):
         (tmp_path / DEFAULT_TRAINED_NAMES[0] / f).write_text("{}")
     assert default_checkpoint(tmp_path) == tmp_path / DEFAULT_TRAINED_NAMES[0]
+
+
+def test_cpu_training_substitutes_colbert_internals_and_restores_them():
+    """The three substitutions are in force inside the block only; the optimizer restore
+    runs once per AdamW built (a resumed run's moments)."""
+    pytest.importorskip("colbert")
+    import torch
+
+    from ambiqa.retrieval.colbert import import_colbert
+    from ambiqa.retrieval.colbert.patches import cpu_training
+
+    import_colbert()
+    from colbert.training import training as ct
+
+    before = (torch.nn.parallel.DistributedDataParallel, ct.manage_checkpoints, ct.AdamW,
+              ct.print_progress)
+    restored: list[object] = []
+
+    def hook(*args, **kwargs):
+        return None
+
+    def record(scores):
+        return None
+
+    with cpu_training(hook, record, restored.append):
+        assert ct.manage_checkpoints is hook and ct.print_progress is record
+        layer = torch.nn.Linear(2, 2)
+        wrapped = torch.nn.parallel.DistributedDataParallel(layer, device_ids=None)
+        assert wrapped.module is layer
+        x = torch.ones(1, 2)
+        assert torch.equal(wrapped(x), layer(x))
+        opt = ct.AdamW(layer.parameters(), lr=0.1)
+        assert restored == [opt] and isinstance(opt, before[2])
+    assert (torch.nn.parallel.DistributedDataParallel, ct.manage_checkpoints, ct.AdamW,
+            ct.print_progress) == before
+
+
+def test_training_refuses_to_write_into_a_git_checkout(tmp_path):
+    import subprocess
+
+    from ambiqa.retrieval.training import train_colbert
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    with pytest.raises(ConfigError, match="ColBERT checkpoint inside the git repository"):
+        train_colbert(out=repo / "ckpt")
+    assert not (repo / "ckpt.work").exists()

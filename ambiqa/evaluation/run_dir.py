@@ -1,0 +1,316 @@
+"""The run directory: what a run is (``run.json``), its rows (``results.jsonl``) and the
+checks that refuse to mix or overwrite runs.
+
+Split from :mod:`ambiqa.evaluation.runner` (which re-exports every name here): these are the
+on-disk contract a resumed run, ``ambiqa report`` and ``ambiqa compare`` rely on, and the CLI
+calls :func:`check_run_dir` before loading any model. Both files only ever gain fields, so runs
+written by an older ambiqa resume and render with a newer one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.fsutil import atomic_write_json
+
+
+@dataclass
+class RunSpec:
+    """What a run is; stored as ``run.json``. Fields after ``lm`` are optional additions and
+    are left out of the file when unset, so older run directories stay byte-compatible."""
+
+    program: str
+    data: str
+    metrics: list[str]
+    reader: str | None = None
+    lm: str | None = None
+    index: str | None = None
+    program_config: dict[str, Any] | None = None
+    judge: str | None = None
+    #: sha256 of the artifact file when the program came from one
+    artifact_sha256: str | None = None
+    #: the retriever's own fingerprint (its passages and settings), beyond the index name
+    index_fingerprint: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256", "index_fingerprint")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"program": self.program, "data": self.data,
+                               "metrics": list(self.metrics), "reader": self.reader,
+                               "lm": self.lm}
+        for key in self._OPTIONAL:
+            value = getattr(self, key)
+            if value not in (None, {}):
+                out[key] = value
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Read a ``run.json`` of any ambiqa version (unknown keys are kept in ``extra``)."""
+        known = {"program", "data", "metrics", "reader", "lm", *cls._OPTIONAL}
+        return cls(program=str(data.get("program", "")), data=str(data.get("data", "")),
+                   metrics=[str(x) for x in data.get("metrics", []) or []],
+                   reader=data.get("reader"), lm=data.get("lm"), index=data.get("index"),
+                   program_config=data.get("program_config"), judge=data.get("judge"),
+                   artifact_sha256=data.get("artifact_sha256"),
+                   index_fingerprint=data.get("index_fingerprint"),
+                   extra={k: v for k, v in data.items() if k not in known})
+
+    @property
+    def dataset(self) -> str:
+        """The data spec without its example count (``asqa:dev:50`` -> ``asqa:dev``)."""
+        return _base(self.data)
+
+
+class ResultsFile:
+    """Append-only JSONL writer that never leaves a partial line behind on a kill."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows, one per example id (a later row for the same id replaces the earlier)."""
+        if not self.path.exists():
+            return []
+        rows: dict[str, dict[str, Any]] = {}
+        with open(self.path, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line from a kill: that example is simply redone
+                if isinstance(row, dict) and "id" in row:
+                    rows.pop(str(row["id"]), None)
+                    rows[str(row["id"])] = row
+        return list(rows.values())
+
+    def repair(self) -> None:
+        """Drop a torn final line (killed mid-write) so appends start on a clean line."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_bytes(data[:cut])
+            os.replace(tmp, self.path)
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Append one row durably; a failed write (disk full, lost permission) stops the run
+        with an :class:`ArtifactError`. Rows already in the file stay; a torn last line is
+        dropped by :meth:`repair` on resume."""
+        line = json.dumps(row, ensure_ascii=False) + "\n"
+        try:
+            with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise write_error(self.path, exc) from exc
+
+
+def write_error(path: Path, exc: OSError) -> ArtifactError:
+    """A one-line error for a failed write that says what was kept."""
+    why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return ArtifactError(f"cannot write {path}: {why}",
+                         hint="free space or fix permissions, then rerun with --resume; every "
+                              "row written before this one is kept")
+
+
+def prepare_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> ResultsFile:
+    """Check ``out_dir`` (:func:`check_run_dir`), record the run in ``run.json`` and return
+    its results file: a resume repairs a torn last line and records settings the stored run
+    lacked, or a larger example count of the same split."""
+    ensure_writable_dir(out_dir)
+    meta = out_dir / "run.json"
+    results = ResultsFile(out_dir / "results.jsonl")
+    old = check_run_dir(out_dir, spec, resume)
+    if old is not None:
+        results.repair()
+        if spec is not None:
+            new = spec.to_dict()
+            if _count(spec.data) > _count(old.get("data", "")):
+                # extended to more examples of the same split; a resume asking for fewer
+                # keeps the larger spec, since results.jsonl still holds those examples
+                merged = {**old, **new}
+            else:  # settings an older run did not record are recorded now
+                merged = {**old, **{k: v for k, v in new.items()
+                                    if k not in old and v is not None}}
+            if merged != old:
+                _write_json(meta, merged)
+    elif spec is not None:
+        _write_json(meta, spec.to_dict())
+    return results
+
+
+def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
+                  skip: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    """Refuse what would mix or overwrite results; read-only, so the CLI can call it before
+    loading any model. A resume must share program, split and every setting in
+    :data:`RESUME_FIELDS` with ``run.json`` (``skip``: fields not known yet); the error names
+    each difference. Returns the existing ``run.json`` content (None for a fresh dir)."""
+    out_dir = Path(out_dir)
+    meta = out_dir / "run.json"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a directory",
+                          hint="choose another --out")
+    if not meta.exists():
+        results = out_dir / "results.jsonl"
+        if spec is not None and results.exists() and results.stat().st_size > 0:
+            raise ConfigError(f"{out_dir} holds results.jsonl but no run.json; refusing to "
+                              "mix results with a run of unknown origin",
+                              hint="choose another --out")
+        return None
+    try:
+        old = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{meta} is unreadable ({exc}); refusing to touch this run",
+                            hint="choose another --out") from exc
+    if not resume:
+        raise ConfigError(f"{out_dir} already holds a run",
+                          hint="pass --resume to continue it, or choose another --out")
+    if spec is not None and (old.get("program"), _base(old.get("data", ""))) != (
+            spec.program, _base(spec.data)):
+        raise ConfigError(
+            f"{out_dir} holds a run of {old.get('program')} on {old.get('data')}, "
+            f"not {spec.program} on {spec.data}; refusing to mix results",
+            hint="choose another --out")
+    if spec is not None:
+        diffs = spec_differences(old, spec, skip=skip)
+        if diffs:
+            raise ConfigError(
+                f"cannot resume {out_dir}: its settings differ from this run's: "
+                + "; ".join(diffs),
+                hint="resume with the run's own settings (see its run.json), or choose "
+                     "another --out")
+    return old
+
+
+#: settings a resumed run must share with the run it continues (run.json key -> label)
+RESUME_FIELDS: dict[str, str] = {
+    "lm": "LM", "reader": "reader", "index": "index", "index_fingerprint": "index fingerprint",
+    "program_config": "program config", "artifact_sha256": "artifact hash",
+    "metrics": "metric set", "judge": "judge",
+}
+#: fields older ambiqa versions did not record: a stored "none" there proves nothing either
+#: way, so it is accepted (and the resumed run records the value)
+_UNRECORDED_OK = frozenset({"index_fingerprint"})
+
+
+def spec_differences(old: dict[str, Any], spec: RunSpec,
+                     skip: frozenset[str] = frozenset()) -> list[str]:
+    """Each setting of ``spec`` that differs from the stored ``run.json`` (``old``), as
+    ``label: stored X, now Y``. ``skip`` names fields not known yet (the CLI checks the cheap
+    ones before loading a model, the rest once the reader and judge exist)."""
+    new = spec.to_dict()
+    out = []
+    for key, label in RESUME_FIELDS.items():
+        if key in skip:
+            continue
+        was, now = old.get(key), new.get(key)
+        if key == "metrics":
+            was, now = sorted(was or []), sorted(now or [])
+        if was in ({}, []):
+            was = None
+        if was is None and key in _UNRECORDED_OK:
+            continue
+        if now in ({}, []):
+            now = None
+        if key == "program_config" and was and now:
+            was = _with_added_defaults(spec.program, was, now)
+        if was != now:
+            out.append(f"{label}: stored {_show(was)}, now {_show(now)}")
+    return out
+
+
+def _with_added_defaults(program: str, was: dict[str, Any],
+                         now: dict[str, Any]) -> dict[str, Any]:
+    """``was`` plus each setting a newer ambiqa added to ``program`` since the run was stored,
+    at the value the constructor defaults it to: a run made before the setting existed
+    behaved as that default (e.g. ``answer_form="long"``), so resuming it is sound. A new
+    setting at any other value still counts as a difference."""
+    import inspect
+
+    from ambiqa.programs.registry import program_class
+
+    try:
+        params = inspect.signature(program_class(program).__init__).parameters
+    except Exception:  # an artifact path or unknown program: compare as stored
+        return was
+    filled = dict(was)
+    for name, value in now.items():
+        param = params.get(name)
+        if name not in was and param is not None and param.default == value:
+            filled[name] = value
+    return filled
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    try:
+        atomic_write_json(path, obj)
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+
+
+def ensure_writable_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` if needed and prove it takes a file; a clear ConfigError if not."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a directory",
+                          hint="choose another --out")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create run directory {out_dir}: "
+                          f"{exc.strerror or exc}", hint="choose another --out") from exc
+    _check_writable(out_dir)
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Probe with a real file: ``os.access`` says yes to root even on a read-only mount."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=out_dir, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise ConfigError(f"run directory {out_dir} is not writable: {why}",
+                          hint="choose another --out") from exc
+
+
+def _count(data_spec: str) -> float:
+    """The example count of a data spec (``asqa:dev:50`` → 50); a whole split counts as ∞."""
+    tail = str(data_spec).rpartition(":")[2]
+    return int(tail) if tail.isdigit() else float("inf")
+
+
+def _base(data_spec: str) -> str:
+    """A data spec without its trailing example count: ``asqa:dev:50`` → ``asqa:dev``.
+
+    Resuming may extend a run to more examples of the same split, never mix two splits."""
+    head, _, tail = str(data_spec).rpartition(":")
+    return head if head and tail.isdigit() else str(data_spec)
