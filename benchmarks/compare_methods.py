@@ -203,13 +203,15 @@ def compile_argv(program: str, opt: str, artifact: Path, *, lm: str | None,
 
 
 def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: int = 2,
-                     only: list[str] | None = None, progress: bool = True,
+                     only: list[str] | None = None, n: int | None = None,
+                     progress: bool = True,
                      log: Any = print) -> list[dict[str, Any]]:
     """Compile each (program, teleprompter) of :data:`COMPILE_PLAN` once (the artifact under
     ``root/compiled/`` is reused when present), then evaluate it on the plan's dev questions
     into ``root/asqa-compiled/{program}-{teleprompter}/`` (resumed when it exists).
 
-    ``only`` keeps the entries named ``program-teleprompter``.
+    ``only`` keeps the entries named ``program-teleprompter``; ``n`` replaces the plan's
+    question counts (a later run with the plan's n extends the same run directories).
     """
     from ambiqa.cli import build_parser
     from ambiqa.cli.eval_cmds import evaluate_from_args
@@ -218,7 +220,7 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
     parser = build_parser()
     ds = PLAN["asqa"]
     statuses = []
-    for program, opt, n in COMPILE_PLAN:
+    for program, opt, n_plan in COMPILE_PLAN:
         name = f"{program}-{opt}"
         if only and name not in only:
             continue
@@ -229,7 +231,7 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
                 log("ambiqa " + " ".join(argv))
                 cmd_compile(parser.parse_args(argv))
             out = root / COMPILED_DIR / name
-            argv = evaluate_argv(ds, str(artifact), n, out, lm=lm, index=index,
+            argv = evaluate_argv(ds, str(artifact), n or n_plan, out, lm=lm, index=index,
                                  threads=threads, timeout_s=None, reader=None)
             if (out / "run.json").exists():
                 argv.append("--resume")
@@ -572,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"unknown compiled run(s) {', '.join(sorted(set(only) - known))}",
                                   hint=f"choose from {', '.join(sorted(known))}")
             print(json.dumps(run_compile_plan(args.root, lm=args.lm, index=args.index,
-                                              threads=args.threads, only=only), indent=2))
+                                              threads=args.threads, only=only, n=args.n),
+                             indent=2))
         elif not args.report_only:
             datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
             unknown = [d for d in datasets if d not in PLAN]
