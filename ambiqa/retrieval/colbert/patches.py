@@ -3,7 +3,8 @@
 Each item below exists because colbert-ai 0.2.22 does not work, or works badly, on CPU with a
 MiniLM checkpoint; an upgrade of colbert-ai is checked against this module and nothing else.
 
-* :func:`import_colbert` -- import it once offline, undoing its process-wide side effects;
+* :func:`import_colbert` -- import it once offline, undoing its process-wide side effects,
+  and make its run metadata survive a detached-HEAD git checkout (:func:`safe_metadata`);
 * :func:`colbert_fixes` -- the held-out residual sample cut to what ``torch.quantile``
   accepts, and the k-means sample / centroid count (:func:`kmeans_sample_size`);
 * :func:`run_indexer` / :func:`encode_cpu_rank` -- the indexer on CPU settings and the
@@ -23,6 +24,8 @@ import importlib.metadata
 import logging
 import math
 import os
+import socket
+import sys
 import threading
 import time
 import warnings
@@ -68,6 +71,7 @@ def import_colbert() -> None:
                 warnings.simplefilter("ignore")
                 import colbert.indexer  # noqa: F401
                 import colbert.searcher  # noqa: F401
+            _install_safe_metadata()
         except ImportError as exc:
             raise RetrievalIndexError(f"colbert-ai cannot be imported: {exc}",
                                       hint="pip install colbert-ai==0.2.22 faiss-cpu") from exc
@@ -78,6 +82,42 @@ def import_colbert() -> None:
             else:
                 os.environ["TOKENIZERS_PARALLELISM"] = previous_tok
         _IMPORTED = True
+
+
+def safe_metadata(original: Callable[[], Any]) -> Callable[[], Any]:
+    """``get_metadata_only`` that never fails on the caller's git state.
+
+    colbert-ai stamps every saved config and checkpoint with the git branch of the current
+    directory and only catches "not a repository": inside a checkout on a detached HEAD (a
+    worktree at a commit, most CI checkouts) ``active_branch`` raises ``TypeError`` and the
+    save -- a training checkpoint included -- fails. Then the stamp goes without git fields.
+    """
+    def get_metadata_only() -> Any:
+        try:
+            return original()
+        except (TypeError, ValueError, OSError) as exc:
+            log.debug("colbert-ai metadata without git fields: %s", exc)
+            from colbert.utils.utils import dotdict
+
+            return dotdict(hostname=socket.gethostname(),
+                           current_datetime=time.strftime("%b %d, %Y ; %l:%M%p %Z (%z)"),
+                           cmd=" ".join(sys.argv))
+
+    get_metadata_only.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_metadata_only
+
+
+def _install_safe_metadata() -> None:
+    """Replace ``get_metadata_only`` in every colbert-ai module that imported it by name."""
+    import utility.utils.save_metadata as meta
+
+    original = getattr(meta.get_metadata_only, "__wrapped__", meta.get_metadata_only)
+    patched = safe_metadata(original)
+    meta.get_metadata_only = patched
+    for name, module in list(sys.modules.items()):
+        if (name.startswith("colbert") and module is not None
+                and getattr(module, "get_metadata_only", None) is original):
+            module.get_metadata_only = patched
 
 
 def colbert_version() -> str:

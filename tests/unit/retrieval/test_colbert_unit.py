@@ -7,6 +7,7 @@ fingerprints eagerly and loads the model only on the first search.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -376,3 +377,28 @@ def test_search_settings_table_override_keeps_enough_candidates():
     assert _search_params(50, table)["ndocs"] >= 200  # beyond the table: the wide default
     wide = ((10**9, {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 64}),)
     assert _search_params(40, wide)["ndocs"] == 160  # never fewer than 4 * k candidates
+
+
+def test_colbert_metadata_survives_a_detached_head_checkout(tmp_path, monkeypatch):
+    """colbert-ai stamps saved configs with the git branch of the working directory and
+    crashed (TypeError) inside a detached-HEAD checkout; the patch drops the git fields."""
+    import subprocess
+
+    from ambiqa.retrieval.colbert.patches import import_colbert
+
+    import_colbert()
+    base_config = importlib.import_module("colbert.infra.config.base_config")
+    import utility.utils.save_metadata as meta
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for cmd in (["git", "init", "-q"], ["git", "commit", "-q", "--allow-empty", "-m", "x"],
+                ["git", "checkout", "-q", "--detach"]):
+        subprocess.run(cmd, cwd=repo, check=True, env=env)
+    monkeypatch.chdir(repo)
+    with pytest.raises(TypeError):  # what colbert-ai itself does there
+        meta.get_metadata_only.__wrapped__()
+    stamp = base_config.get_metadata_only()
+    assert "git_branch" not in stamp and stamp["hostname"] and "cmd" in stamp
