@@ -6,7 +6,7 @@ the same first N HotpotQA dev questions, with paper-default settings. Per questi
 LM calls, input/output tokens, retriever calls, wall time, the *observed LM rounds* (the
 longest chain of LM calls each of which started after the previous one ended, from the
 recorded call intervals) against the program's *minimal* number of dependent LM rounds (its
-class attribute ``min_lm_rounds``, derived from the algorithm), plus errors and degraded
+attribute ``min_lm_rounds``, derived from the algorithm and its settings), plus errors and degraded
 steps.
 
 Two LMs:
@@ -286,7 +286,8 @@ def run_one(program: Any, name: str, example: Any, lm: Any, settings: dict[str, 
         "n_events": len(trace["events"]),
         "events": [e[:200] for e in trace["events"][:10]],
     })
-    row["min_lm_rounds"] = getattr(type(program), "min_lm_rounds", None)
+    # the instance: a setting may change it (vanilla_rag's short form needs 1 round, not 2)
+    row["min_lm_rounds"] = getattr(program, "min_lm_rounds", None)
     row["lm_rounds"] = lm_rounds(lm_spans)
     delay = settings.get("delay")
     if delay and row["lm_rounds"]:
