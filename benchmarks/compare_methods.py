@@ -342,11 +342,21 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
     return lines, points
 
 
+def _delta_cell(p: dict[str, Any]) -> str:
+    """One paired difference: Δ, a star when its interval excludes 0, the interval."""
+    from ambiqa.evaluation.stats import fmt_interval
+
+    if not p["n_shared"]:
+        return "–"
+    star = " *" if p["excludes_zero"] else ""
+    return f"{p['diff']:+.3f}{star} {fmt_interval(*p['ci95'])}"
+
+
 def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> list[str]:
     """Paired differences on the questions both runs hold, failed = 0: every program against
     the plan's baseline, then the extra pairs the targets name (e.g. diva − vanilla_rag)."""
     from ambiqa.evaluation.compare import check_same_reader
-    from ambiqa.evaluation.stats import fmt_interval, paired_comparison
+    from ambiqa.evaluation.stats import paired_comparison
 
     if not plan:
         return []
@@ -368,9 +378,7 @@ def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> l
         for name in metrics:
             p = paired_comparison(by_name[b].rows, by_name[a].rows, name)
             n_shared = max(n_shared, p["n_shared"])
-            star = " *" if p["excludes_zero"] else ""
-            cells.append(f"{p['diff']:+.3f}{star} {fmt_interval(*p['ci95'])}"
-                         if p["n_shared"] else "–")
+            cells.append(_delta_cell(p))
         lines.append(f"| {a} | {b} | {n_shared} | " + " | ".join(cells) + " |")
     return lines
 
@@ -436,9 +444,7 @@ def compile_lines(root: Path) -> list[str]:
         if base is not None:
             check_same_reader([base, run], metrics)
             for m in metrics:
-                p = paired_comparison(base.rows, run.rows, m)
-                deltas.append(f"{p['diff']:+.3f}{' *' if p['excludes_zero'] else ''} "
-                              f"{fmt_interval(*p['ci95'])}" if p["n_shared"] else "–")
+                deltas.append(_delta_cell(paired_comparison(base.rows, run.rows, m)))
         else:
             deltas = ["(no zero-shot row)"] * len(metrics)
         c = s["cost"]
