@@ -1,0 +1,90 @@
+"""benchmarks/error_analysis.py: which questions count as failing, and the cause rules."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ambiqa.data import load_dataset
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("error_analysis_bench",
+                                                  ROOT / "benchmarks" / "error_analysis.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["error_analysis_bench"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(qid: str, dr: float, *, answer: str = "x", passages: tuple[str, ...] = (),
+         error: str | None = None, **metrics: float) -> dict:
+    return {"id": qid, "question": f"q{qid}", "error": error,
+            "metrics": {"dr_q": dr, **metrics},
+            "prediction": {"answer": answer,
+                           "passages": [{"id": f"p{i}", "text": t}
+                                        for i, t in enumerate(passages)]}}
+
+
+def test_failing_takes_the_largest_shortfalls_and_counts_ties_and_errors():
+    ea = _load()
+    program = {"a": _row("a", 0.5), "b": _row("b", 0.1), "c": _row("c", 0.2),
+               "d": _row("d", 0.0), "e": _row("e", 0.9, error="LMError: timeout")}
+    baseline = {"a": _row("a", 0.2), "b": _row("b", 0.4), "c": _row("c", 0.2),
+                "d": _row("d", 0.0), "e": _row("e", 0.3)}
+    ids, n_fail = ea.failing(program, baseline, ["a", "b", "c", "d", "e"], n=3)
+    # e failed (scores 0: -0.3), b lost by 0.3 (split order breaks the tie), then the tie c
+    assert ids == ["b", "e", "c"]
+    assert n_fail == 4  # b, c, d and e; a improved
+
+
+@pytest.mark.parametrize(("sig", "expected"), [
+    ({"path": "closed_book", "coverage": 0.5, "str_em": 0.0, "d_f1": 0.0}, "verification"),
+    ({"path": None, "coverage": 1.0, "str_em": 0.5, "d_f1": 0.0}, "metric artefact"),
+    ({"path": None, "coverage": 0.0, "str_em": 0.0, "d_f1": 0.0}, "retrieval miss"),
+    ({"path": None, "coverage": 1.0, "str_em": 0.5, "d_f1": 0.2}, "generation"),
+    ({"path": "rag", "coverage": 0.5, "str_em": 0.5, "d_f1": 0.2, "interpretations": 1},
+     "clarification"),
+    ({"path": None, "coverage": 0.5, "str_em": 0.5, "d_f1": 0.2}, "other"),
+])
+def test_cause_rules_in_their_order(sig, expected):
+    ea = _load()
+    full = {"error": None, "interpretations": 3, "gold_pairs": 3, **sig}
+    assert ea.cause(full) == expected
+
+
+def test_report_counts_hand_causes_and_keeps_the_rules_guess(tmp_path, shared_data):
+    ea = _load()
+    ex = load_dataset("asqa:dev:2")
+    spec = {"program": "vanilla_rag", "data": "asqa:dev:2", "reader": "lm"}
+    runs = {}
+    for name, drs in (("prog", (0.0, 0.5)), ("base", (0.3, 0.1))):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({**spec, "program": name}))
+        rows = [_row(e["id"], dr, answer="", passages=("nothing relevant",), **{
+            "str-em": 0.0, "d-f1": 0.0}) for e, dr in zip(ex, drs, strict=True)]
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs[name] = run
+    first = str(ex[0]["id"])
+    notes = tmp_path / "notes.json"
+    notes.write_text(json.dumps({first: {"cause": "generation", "note": "read by hand"}}))
+    out = tmp_path / "report.md"
+    assert ea.main(["--run", str(runs["prog"]), "--against", str(runs["base"]), "--n", "5",
+                    "--notes", str(notes), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "1 of 2 paired questions fail" in text
+    assert "| generation | 1 |" in text
+    # the rule saw no answer in the passages: its guess stays visible beside the hand cause
+    assert "| generation | retrieval miss |" in text and "read by hand" in text
+
+    notes.write_text(json.dumps({first: {"cause": "bad luck", "note": ""}}))
+    with pytest.raises(SystemExit):
+        ea.main(["--run", str(runs["prog"]), "--against", str(runs["base"]),
+                 "--notes", str(notes), "--out", str(out)])
