@@ -58,6 +58,7 @@ from ambiqa.evaluation.metrics import (  # noqa: E402
     answer_in_passages,
     field_value,
     short_answers_of,
+    str_em,
     token_f1,
 )
 from ambiqa.fsutil import atomic_write_text  # noqa: E402
@@ -147,12 +148,29 @@ def repeats_a_sentence(answer: str) -> bool:
     return len(sentences) != len(set(sentences))
 
 
-def output_health(rows: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, float]:
-    """Over the given questions: answers cut at the output cap, answers that loop, length."""
+def output_health(rows: dict[str, dict[str, Any]], ids: list[str],
+                  examples: dict[str, Any], reader: Any) -> dict[str, float]:
+    """Over the given questions: answers cut at the output cap, answers that loop, length,
+    and how often the D-F1 reader recovers an answer the long answer states.
+
+    A qa pair *stated* is one whose short answer the long answer contains (STR-EM's test);
+    ``recovered`` counts those where the reader's extraction has token F1 > 0 with the pair's
+    answers. The gap between the two is what D-F1 loses to the reader, not to the program.
+    """
     answers = [str((rows[q].get("prediction") or {}).get("answer") or "") for q in ids]
     cut = sum(int((rows[q].get("cost") or {}).get("truncated_calls", 0)) > 0 for q in ids)
+    stated = recovered = 0
+    for qid, answer in zip(ids, answers, strict=True):
+        for pair in examples[qid]["qa_pairs"]:
+            golds = short_answers_of(pair)
+            if str_em(answer, [pair]) == 0:
+                continue
+            stated += 1
+            question = str(field_value(pair, "question", ""))
+            recovered += token_f1(reader.answer(question, answer), golds) > 0
     return {"n": len(ids), "cut": cut, "loops": sum(map(repeats_a_sentence, answers)),
-            "median_words": statistics.median(len(a.split()) for a in answers) if ids else 0}
+            "median_words": statistics.median(len(a.split()) for a in answers) if ids else 0,
+            "stated": stated, "recovered": recovered}
 
 
 def _cut(text: str, n: int) -> str:
@@ -182,11 +200,16 @@ def render(program: str, baseline: str, picked: list[dict[str, Any]], n_fail: in
                      f"{p['gap']:+.3f} | "
                      f"{s['coverage']:.2f} | {s['str_em']:.2f} | {s['d_f1']:.2f} | "
                      f"{s['answer_words']} | {_cut(p['note'], 220)} |")
-    lines += ["", "Output health over the questions every listed run holds (an LM call cut at "
-              "its output cap; an answer that says one sentence twice):", "",
-              "| run | n | cut at the cap | repeats a sentence | median words |",
-              "|---|---:|---:|---:|---:|"]
-    lines += [f"| {name} | {h['n']} | {h['cut']} | {h['loops']} | {h['median_words']:g} |"
+    lines += ["", "Output health over the questions every listed run holds: an LM call cut at "
+              "its output cap; an answer that says one sentence twice; qa pairs whose short "
+              "answer the long answer states (STR-EM's test), and of those, how many the D-F1 "
+              "reader recovers (token F1 > 0):", "",
+              "| run | n | cut at the cap | repeats a sentence | median words | pairs stated "
+              "| recovered by the reader |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {h['n']} | {h['cut']} | {h['loops']} | {h['median_words']:g} | "
+              f"{h['stated']} | {h['recovered']}"
+              + (f" ({h['recovered'] / h['stated']:.0%})" if h["stated"] else "") + " |"
               for name, h in health.items()]
     lines += ["", "Coverage: share of gold qa pairs with an answer in the passages read. "
               "Words: length of the long answer. `--json` keeps each answer and what the "
@@ -245,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     n_pairs = sum(q in base for q in rows)
     others = {run.name: read_rows(run) for run in args.also}
     common = [q for q in order if q in rows and q in base and all(q in o for o in others.values())]
-    health = {spec["program"]: output_health(rows, common),
-              base_spec["program"]: output_health(base, common)}
-    health.update({name: output_health(o, common) for name, o in others.items()})
+    health = {spec["program"]: output_health(rows, common, examples, reader),
+              base_spec["program"]: output_health(base, common, examples, reader)}
+    health.update({name: output_health(o, common, examples, reader)
+                   for name, o in others.items()})
     atomic_write_text(out, render(spec["program"], base_spec["program"], picked, n_fail,
                                   n_pairs, command, health))
     if args.json:

@@ -88,3 +88,21 @@ def test_report_counts_hand_causes_and_keeps_the_rules_guess(tmp_path, shared_da
     with pytest.raises(SystemExit):
         ea.main(["--run", str(runs["prog"]), "--against", str(runs["base"]),
                  "--notes", str(notes), "--out", str(out)])
+
+
+def test_output_health_counts_cuts_loops_and_what_the_reader_recovers():
+    ea = _load()
+
+    class Reader:  # recovers "Paris", misses everything else
+        def answer(self, question: str, context: str) -> str:
+            return "Paris" if "Paris" in context else ""
+
+    examples = {"a": {"qa_pairs": [{"question": "capital?", "short_answers": ["Paris"]},
+                                   {"question": "river?", "short_answers": ["Seine"]},
+                                   {"question": "mayor?", "short_answers": ["Hidalgo"]}]}}
+    rows = {"a": {"cost": {"truncated_calls": 1},
+                  "prediction": {"answer": "It is Paris on the Seine. It is Paris on the "
+                                           "Seine."}}}
+    health = ea.output_health(rows, ["a"], examples, Reader())
+    assert health == {"n": 1, "cut": 1, "loops": 1, "median_words": 12, "stated": 2,
+                      "recovered": 1}
