@@ -431,7 +431,10 @@ def compile_lines(root: Path) -> list[str]:
              "wall s/q | " + " | ".join(f"Δ {m}" for m in metrics) + " |",
              "|---|---:|---:|" + "---|" * len(metrics) + "---:|---:|---:|"
              + "---|" * len(metrics)]
-    commands = []
+    commands, against_baseline = [], []
+    baseline = PLAN["asqa"].baseline
+    bl_dir = root / "asqa" / str(baseline)
+    bl = load_run(bl_dir) if baseline and (bl_dir / "results.jsonl").is_file() else None
     for path in runs:
         run = load_run(path)
         program = path.name.split("-", 1)[0]
@@ -453,6 +456,18 @@ def compile_lines(root: Path) -> list[str]:
                      f"{float(c.get('output_tokens', 0)):.0f} | "
                      f"{float(c.get('wall_s', 0)):.1f} | " + " | ".join(deltas) + " |")
         commands.append("ambiqa " + " ".join(_command(run)))
+        if bl is not None:
+            check_same_reader([bl, run], metrics)
+            pairs = [paired_comparison(bl.rows, run.rows, m) for m in metrics]
+            against_baseline.append(f"| {path.name} | {baseline} | "
+                                    f"{max(p['n_shared'] for p in pairs)} | "
+                                    + " | ".join(_delta_cell(p) for p in pairs) + " |")
+    if against_baseline:
+        lines += ["", f"The compiled programs against the data set's baseline ({baseline}), "
+                  "paired the same way (the first target of issue 16 asked of a compiled "
+                  "program):", "",
+                  "| compiled | reference | n shared | " + " | ".join(f"Δ {m}" for m in metrics)
+                  + " |", "|---|---|---:|" + "---|" * len(metrics), *against_baseline]
     return lines + ["", "```bash", "python benchmarks/compare_methods.py --compile",
                     *commands, "```", ""]
 

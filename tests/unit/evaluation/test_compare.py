@@ -452,5 +452,10 @@ def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path):
     text = "\n".join(cm.compile_lines(tmp_path))
     assert "| vanilla_rag-labeled | 3 | 0 |" in text
     assert "+0.200" in text  # Δ str-em, paired on the 3 shared questions
+    assert "| closed_book |" not in text  # no baseline run: no table against it
+
+    write_run(tmp_path / "asqa" / "closed_book", "closed_book", [0.0, 0.1, 0.1])
+    text = "\n".join(cm.compile_lines(tmp_path))
+    assert "| vanilla_rag-labeled | closed_book | 3 | +0.333" in text  # (0.3+0.3+0.4)/3
     # the compiled runs do not show up as a data set of their own
     assert cm.COMPILED_DIR not in cm.collect(tmp_path)
