@@ -187,9 +187,10 @@ def render(program: str, baseline: str, picked: list[dict[str, Any]], n_fail: in
              f"`{command}`", "",
              f"{n_fail} of {n_pairs} paired questions fail (per-question DR of {program} not "
              f"above {baseline}'s); the {len(picked)} with the largest shortfall are below, "
-             f"ties in split order. {read} of them were read by hand and their cause is the "
-             "reader's call; the column *rule* is the guess of the rules in "
-             "`benchmarks/error_analysis.py` (stored rows and gold data, no LM).", "",
+             f"ties in split order. {read} of them were read by hand (the note column) and "
+             "their cause is the reading's call; for the others, and in the column *rule*, "
+             "the cause is the guess of the rules in `benchmarks/error_analysis.py` (stored "
+             "rows and gold data, no LM).", "",
              "| cause | questions |", "|---|---:|"]
     lines += [f"| {c} | {counts[c]} |" for c in CAUSES if counts[c]]
     lines += ["", "| # | question | cause | rule | ΔDR | coverage | STR-EM | D-F1 | words | note |",

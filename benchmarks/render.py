@@ -47,6 +47,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/sections/evidence.md",
     "benchmarks/results/evidence/TABLES.md",
     "benchmarks/results/evidence/asqa/error-analysis-vanilla_rag.md",
+    "benchmarks/results/evidence/asqa/error-analysis-diva.md",
     "benchmarks/results/sections/method_comparison.md",
     "benchmarks/results/compare/TABLES.md",
     "benchmarks/results/rouge_splitter.md",
