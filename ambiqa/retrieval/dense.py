@@ -205,12 +205,19 @@ class DenseRetriever(SharedResource):
         return [self._top(row, k) for row in all_scores]
 
     def _warn_if_truncated(self, query: str) -> None:
-        model = getattr(self.encoder, "model", None)
-        tok = getattr(model, "tokenizer", None)
-        limit = getattr(model, "max_seq_length", None)
-        if tok is None or not limit:
-            return
-        n = len(tok(query, add_special_tokens=True)["input_ids"])
+        counter = getattr(self.encoder, "token_count", None)
+        if counter is not None:  # the packaged encoder: counts under its encoding lock
+            limit = getattr(self.encoder, "max_tokens", None)
+            if not limit:
+                return
+            n = counter(query)
+        else:  # a custom encoder exposing a sentence-transformers model
+            model = getattr(self.encoder, "model", None)
+            tok = getattr(model, "tokenizer", None)
+            limit = getattr(model, "max_seq_length", None)
+            if tok is None or not limit:
+                return
+            n = len(tok(query, add_special_tokens=True)["input_ids"])
         if n > limit:
             log.warning("query has %d tokens; the dense encoder reads only the first %d: %.80r",
                         n, limit, query)

@@ -69,6 +69,22 @@ class SentenceEncoder(SharedResource):
     def dim(self) -> int:
         return int(self.model.get_sentence_embedding_dimension())
 
+    @property
+    def max_tokens(self) -> int | None:
+        """Word pieces the encoder reads; a longer text is cut to this."""
+        limit = getattr(self.model, "max_seq_length", None)
+        return int(limit) if limit else None
+
+    def token_count(self, text: str) -> int:
+        """Word pieces of ``text`` (special tokens included), under the encoding lock.
+
+        The Rust tokenizer inside the model is not thread-safe: tokenizing while another
+        thread encodes raised ``RuntimeError: Already borrowed`` (seen in an NQ evaluation
+        with two questions in flight), so counting takes the same lock as :meth:`encode`.
+        """
+        with self._lock:
+            return len(self.model.tokenizer(text, add_special_tokens=True)["input_ids"])
+
 
 def unit_rows(vectors: object) -> np.ndarray:
     """``vectors`` (one vector or a matrix of rows) scaled to unit length in float64, so a dot

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -157,3 +158,14 @@ def test_dense_with_the_real_minilm_encoder(tmp_path):
     reloaded = DenseRetriever.load(tmp_path / "dense", encoder=enc)
     assert reloaded.search("longest river in Africa", 2) == dense.search(
         "longest river in Africa", 2)
+
+    # counting word pieces waits for the encoding lock (the Rust tokenizer is not
+    # thread-safe: "Already borrowed" when a count ran beside an encode)
+    assert enc.token_count("Paris") == 3 and enc.max_tokens == 256
+    done = threading.Event()
+    with enc._lock:
+        worker = threading.Thread(target=lambda: (enc.token_count("Paris"), done.set()))
+        worker.start()
+        assert not done.wait(0.3)
+    assert done.wait(10)
+    worker.join()

@@ -118,3 +118,28 @@ def test_dense_warns_on_queries_longer_than_the_encoder_reads(tmp_path, caplog):
         assert not caplog.records
         dense.search(" ".join(["word"] * 20), 2)
     assert "reads only the first 8" in caplog.text
+
+
+def test_dense_counts_query_tokens_through_the_encoders_locked_counter(tmp_path, caplog):
+    """The model's tokenizer is not thread-safe; the packaged encoder counts under its lock,
+    so the retriever must use that counter and never the raw tokenizer beside it."""
+
+    class RawTokenizer:
+        def __call__(self, *a, **kw):
+            raise AssertionError("the raw tokenizer was called outside the encoder's lock")
+
+    class Model:
+        tokenizer = RawTokenizer()
+        max_seq_length = 8
+
+    enc = BagEncoder()
+    enc.model = Model()
+    enc.max_tokens = 8
+    counted: list[str] = []
+    enc.token_count = lambda text: counted.append(text) or len(text.split())
+    dense = DenseRetriever.build(CORPUS, tmp_path / "dense", encoder=enc)
+    with caplog.at_level(logging.WARNING):
+        dense.search(" ".join(["word"] * 20), 2)
+        dense.batch_search(["short query"], 2)
+    assert counted == [" ".join(["word"] * 20), "short query"]
+    assert "reads only the first 8" in caplog.text
