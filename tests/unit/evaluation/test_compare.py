@@ -6,7 +6,6 @@ import errno
 import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -255,20 +254,13 @@ def test_evaluate_unwritable_and_disk_full(tmp_path, capsys, shared_data, script
 # ---------------------------------------------------------------- benchmarks/compare_methods.py
 
 
-def _load_compare_methods():
-    spec = importlib.util.spec_from_file_location(
-        "compare_methods", ROOT / "benchmarks" / "compare_methods.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["compare_methods"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_lm):
+def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_lm,
+                                                    benchmark_script):
     from ambiqa.retrieval.base import InMemoryRetriever
     from ambiqa.types import Passage
 
-    cm = _load_compare_methods()
+    cm = benchmark_script("compare_methods")
     lm = use_lm(scripted_lm({
         "ClosedBookLongAnswer": {"long_answer": "The first iPhone came out in 2007."},
         "ClarifyFromPassages": {"pairs": [{"question": "When?", "answer": "2007",
@@ -311,18 +303,18 @@ def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_l
     assert set(after) - set(before) == {Path("TABLES.md"), Path("quality_vs_cost.png")}
 
 
-def test_compare_methods_report_only_cli_on_empty_root(tmp_path):
-    cm = _load_compare_methods()
+def test_compare_methods_report_only_cli_on_empty_root(tmp_path, benchmark_script):
+    cm = benchmark_script("compare_methods")
     assert cm.main(["--report-only", "--root", str(tmp_path / "none"),
                     "--tables", str(tmp_path / "T.md")]) == 0
     assert "No run directories found yet." in (tmp_path / "T.md").read_text()
     assert cm.main(["--datasets", "asqa,nope", "--root", str(tmp_path)]) == 2
 
 
-def test_compare_methods_short_form_baselines_get_their_program_config(tmp_path):
+def test_compare_methods_short_form_baselines_get_their_program_config(tmp_path, benchmark_script):
     """On HotpotQA/NQ/WebQ the long-form baselines answer in the short form those data sets
     score; the evaluate command line carries it, so the run.json records it."""
-    cm = _load_compare_methods()
+    cm = benchmark_script("compare_methods")
     argv = cm.evaluate_argv(cm.PLAN["hotpotqa"], "vanilla_rag", 60, tmp_path, lm="embedded",
                             index="dense:wiki-dense", threads=2, timeout_s=None, reader=None)
     assert argv[argv.index("--program-config") + 1] == '{"answer_form": "short"}'
@@ -414,13 +406,13 @@ def test_intervals_do_not_depend_on_row_order_and_need_three_questions():
     assert same["ci95"] == [0.5, 0.5] and same["ci_method"] == "degenerate"
 
 
-def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path):
+def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path, benchmark_script):
     """Every compile of the "does compiling help?" plan is a valid `ambiqa compile` command
     on a training split (the recipe default), evaluated on the zero-shot row's questions."""
     from ambiqa.cli import build_parser
     from ambiqa.optimizers.recipes import get_recipe
 
-    cm = _load_compare_methods()
+    cm = benchmark_script("compare_methods")
     parser = build_parser()
     for program, opt, n in cm.COMPILE_PLAN:
         args = parser.parse_args(cm.compile_argv(program, opt, tmp_path / "a.json",
@@ -432,8 +424,8 @@ def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path):
                     str(tmp_path)]) == 2
 
 
-def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path):
-    cm = _load_compare_methods()
+def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path, benchmark_script):
+    cm = benchmark_script("compare_methods")
 
     def write_run(path, program, scores):
         path.mkdir(parents=True)

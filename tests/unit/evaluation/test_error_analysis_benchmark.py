@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from ambiqa.data import load_dataset
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("error_analysis_bench",
-                                                  ROOT / "benchmarks" / "error_analysis.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["error_analysis_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _row(qid: str, dr: float, *, answer: str = "x", passages: tuple[str, ...] = (),
@@ -32,8 +18,8 @@ def _row(qid: str, dr: float, *, answer: str = "x", passages: tuple[str, ...] = 
                                         for i, t in enumerate(passages)]}}
 
 
-def test_failing_takes_the_largest_shortfalls_and_counts_ties_and_errors():
-    ea = _load()
+def test_failing_takes_the_largest_shortfalls_and_counts_ties_and_errors(benchmark_script):
+    ea = benchmark_script("error_analysis")
     program = {"a": _row("a", 0.5), "b": _row("b", 0.1), "c": _row("c", 0.2),
                "d": _row("d", 0.0), "e": _row("e", 0.9, error="LMError: timeout")}
     baseline = {"a": _row("a", 0.2), "b": _row("b", 0.4), "c": _row("c", 0.2),
@@ -53,14 +39,15 @@ def test_failing_takes_the_largest_shortfalls_and_counts_ties_and_errors():
      "clarification"),
     ({"path": None, "coverage": 0.5, "str_em": 0.5, "d_f1": 0.2}, "other"),
 ])
-def test_cause_rules_in_their_order(sig, expected):
-    ea = _load()
+def test_cause_rules_in_their_order(sig, expected, benchmark_script):
+    ea = benchmark_script("error_analysis")
     full = {"error": None, "interpretations": 3, "gold_pairs": 3, **sig}
     assert ea.cause(full) == expected
 
 
-def test_report_counts_hand_causes_and_keeps_the_rules_guess(tmp_path, shared_data):
-    ea = _load()
+def test_report_counts_hand_causes_and_keeps_the_rules_guess(tmp_path, shared_data,
+                                                            benchmark_script):
+    ea = benchmark_script("error_analysis")
     ex = load_dataset("asqa:dev:2")
     spec = {"program": "vanilla_rag", "data": "asqa:dev:2", "reader": "lm"}
     runs = {}
@@ -90,8 +77,8 @@ def test_report_counts_hand_causes_and_keeps_the_rules_guess(tmp_path, shared_da
                  "--notes", str(notes), "--out", str(out)])
 
 
-def test_output_health_counts_cuts_loops_and_what_the_reader_recovers():
-    ea = _load()
+def test_output_health_counts_cuts_loops_and_what_the_reader_recovers(benchmark_script):
+    ea = benchmark_script("error_analysis")
 
     class Reader:  # recovers "Paris", misses everything else
         def answer(self, question: str, context: str) -> str:

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from ambiqa.data import load_dataset
 from ambiqa.testing import HashEncoder
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _load_verifier():
-    spec = importlib.util.spec_from_file_location("verifier_bench",
-                                                  ROOT / "benchmarks" / "verifier.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["verifier_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _row(ex_id: str, votes: list[tuple[str, bool | None]], passage: str, path: str,
@@ -34,8 +20,9 @@ def _row(ex_id: str, votes: list[tuple[str, bool | None]], passage: str, path: s
                                      for q, s in votes]}}
 
 
-def test_from_run_scores_recorded_votes_against_silver_labels(tmp_path, shared_data):
-    vb = _load_verifier()
+def test_from_run_scores_recorded_votes_against_silver_labels(tmp_path, shared_data,
+                                                              benchmark_script):
+    vb = benchmark_script("verifier")
     iphone, final = load_dataset("asqa:dev:2")
     run = tmp_path / "diva"
     run.mkdir()
@@ -64,8 +51,8 @@ def test_from_run_scores_recorded_votes_against_silver_labels(tmp_path, shared_d
     assert "Verdicts: Useful 1, Useless 1" in md and "±" not in md
 
 
-def test_from_run_refuses_a_run_of_another_program(tmp_path, shared_data):
-    vb = _load_verifier()
+def test_from_run_refuses_a_run_of_another_program(tmp_path, shared_data, benchmark_script):
+    vb = benchmark_script("verifier")
     (tmp_path / "run.json").write_text(json.dumps(
         {"program": "vanilla_rag", "data": "asqa:dev:2", "metrics": ["str-em"]}))
     (tmp_path / "results.jsonl").write_text("")
