@@ -45,6 +45,7 @@ import re
 import statistics
 import sys
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +68,9 @@ CAUSES = ("verification", "metric artefact", "retrieval miss", "generation", "cl
           "other")
 
 
-def read_rows(run: Path) -> dict[str, dict[str, Any]]:
-    """The run's rows by question id (the last row of an id wins, as ``--resume`` writes)."""
-    rows: dict[str, dict[str, Any]] = {}
-    with open(run / "results.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                rows[str(row["id"])] = row
-    return rows
+def by_id(run: Any) -> dict[str, dict[str, Any]]:
+    """A loaded run's rows by question id."""
+    return {str(row["id"]): row for row in run.rows}
 
 
 def dr_q(row: dict[str, Any]) -> float:
@@ -232,14 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from ambiqa.data.specs import load_dataset
+    from ambiqa.errors import AmbiqaError
     from ambiqa.evaluation.reader import make_reader
+    from ambiqa.evaluation.report import load_run
 
-    for run in (args.run, args.against, *args.also):
-        if not (run / "results.jsonl").is_file() or not (run / "run.json").is_file():
-            ap.error(f"{run} is not a run directory (no results.jsonl / run.json)")
-    spec = json.loads((args.run / "run.json").read_text(encoding="utf-8"))
-    base_spec = json.loads((args.against / "run.json").read_text(encoding="utf-8"))
-    rows, base = read_rows(args.run), read_rows(args.against)
+    try:
+        run, against = load_run(args.run), load_run(args.against)
+        also = [load_run(extra) for extra in args.also]
+    except AmbiqaError as exc:
+        ap.error(str(exc))
+    spec, base_spec = asdict(run.spec), asdict(against.spec)
+    rows, base = by_id(run), by_id(against)
     examples = {str(e["id"]): e for e in load_dataset(spec["data"])}
     order = list(examples)
     ids, n_fail = failing(rows, base, order, args.n)
@@ -267,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --notes {_rel(args.notes)}" if args.notes else ""))
     out = args.out or args.run.parent / f"error-analysis-{spec['program']}.md"
     n_pairs = sum(q in base for q in rows)
-    others = {run.name: read_rows(run) for run in args.also}
+    others = {r.path.name: by_id(r) for r in also}
     common = [q for q in order if q in rows and q in base and all(q in o for o in others.values())]
     health = {spec["program"]: output_health(rows, common, examples, reader),
               base_spec["program"]: output_health(base, common, examples, reader)}
