@@ -114,10 +114,13 @@ PLAN: dict[str, Dataset] = {
 #: "Does compiling help?" (issue 16): (program, teleprompter, dev questions). Compiled on the
 #: program's recipe training split (ASQA train), scored on the same first dev questions as the
 #: zero-shot row it is paired against. ``COMPILE_ARGS`` are the settings of every compile.
+#: ``diva-labeled`` is not in the issue's list: it is the fix the error analysis of Diva's
+#: missed targets chose (most shortfalls were too few clarified readings, and labeled demos
+#: from ASQA train show the clarifier 2-4 gold DQ/DA pairs; no LM call to compile).
 COMPILE_PLAN: tuple[tuple[str, str, int], ...] = (
     ("vanilla_rag", "labeled", 60), ("vanilla_rag", "knn", 60),
     ("vanilla_rag", "bootstrap", 60), ("vanilla_rag", "mipro", 60),
-    ("diva", "knn", 40), ("diva", "bootstrap", 40),
+    ("diva", "labeled", 40), ("diva", "knn", 40), ("diva", "bootstrap", 40),
 )
 COMPILE_ARGS: dict[str, list[str]] = {
     "labeled": ["--k", "2"], "knn": ["--k", "2"], "bootstrap": ["--k", "2"],
