@@ -5,10 +5,12 @@ questions, counted by cause. This script picks the questions, measures the signa
 the cause from stored run rows and the gold data alone (no LM call), and writes a table.
 
 Failing questions: the two runs are paired on the question ids both hold; a question fails
-when the program's per-question DR (``dr_q``) is not above the baseline's. The ``--n`` with
-the largest shortfall are taken, ties in split order, so the choice is deterministic.
+when the program's per-question score is not above the baseline's -- DR (``dr_q``) on ASQA,
+token F1 on the short-answer data sets (HotpotQA, NQ, WebQ), where the question's answers
+stand in for one qa pair. The ``--n`` with the largest shortfall are taken, ties in split
+order, so the choice is deterministic.
 
-Signals per question (ASQA):
+Signals per question (ASQA; short-answer runs have the same minus the reader's):
 
 * ``coverage`` -- share of gold qa pairs with a short answer, as a whole normalised token
   sequence, in the passages the program read (what retrieval handed over);
@@ -21,7 +23,8 @@ Cause, the first rule that applies:
 1. ``verification`` -- (Diva) the passages held a gold answer, the verifier sent the question
    down the closed-book path;
 2. ``metric artefact`` -- the long answer contains a gold short answer (STR-EM > 0) yet the
-   reader recovered none (D-F1 = 0): the stand-in reader, not the program, scored 0;
+   reader recovered none (D-F1 = 0): the stand-in reader, not the program, scored 0; on
+   short-answer data, the answer contains a gold answer but is not one (EM = 0: wordy);
 3. ``retrieval miss`` -- no gold answer in any passage read;
 4. ``generation`` -- the passages held gold answers the long answer leaves out;
 5. ``clarification`` -- the answer holds every gold answer the passages had, but the
@@ -73,19 +76,31 @@ def by_id(run: Any) -> dict[str, dict[str, Any]]:
     return {str(row["id"]): row for row in run.rows}
 
 
-def dr_q(row: dict[str, Any]) -> float:
-    """Per-question DR; a failed row scores 0, as in every headline mean."""
+def score_key(rows: dict[str, dict[str, Any]]) -> str:
+    """The per-question score a run is judged by: DR where its rows carry one (ASQA), else
+    token F1 (the short-answer data sets)."""
+    has_dr = any("dr_q" in (row.get("metrics") or {}) for row in rows.values())
+    return "dr_q" if has_dr else "f1"
+
+
+def gold_pairs(example: Any) -> list[Any]:
+    """ASQA's qa pairs; a short-answer example is its own single pair (question, answers)."""
+    return list(example.get("qa_pairs") or [example])
+
+
+def dr_q(row: dict[str, Any], key: str = "dr_q") -> float:
+    """Per-question score (DR by default); a failed row scores 0, as in every headline mean."""
     if row.get("error"):
         return 0.0
-    return float((row.get("metrics") or {}).get("dr_q", 0.0))
+    return float((row.get("metrics") or {}).get(key, 0.0))
 
 
 def failing(program: dict[str, dict[str, Any]], baseline: dict[str, dict[str, Any]],
-            order: list[str], n: int) -> tuple[list[str], int]:
-    """The ``n`` paired questions with the largest DR shortfall, and how many fail at all."""
+            order: list[str], n: int, key: str = "dr_q") -> tuple[list[str], int]:
+    """The ``n`` paired questions with the largest shortfall, and how many fail at all."""
     position = {qid: i for i, qid in enumerate(order)}
     shared = [q for q in program if q in baseline]
-    gaps = sorted((dr_q(program[q]) - dr_q(baseline[q]), position.get(q, 10**9), q)
+    gaps = sorted((dr_q(program[q], key) - dr_q(baseline[q], key), position.get(q, 10**9), q)
                    for q in shared)
     fails = [(gap, pos, q) for gap, pos, q in gaps if gap <= 0]
     return [q for _, _, q in fails[:n]], len(fails)
@@ -98,6 +113,7 @@ def signals(row: dict[str, Any], qa_pairs: list[Any], reader: Any) -> dict[str, 
     answer = str(pred.get("answer") or "")
     metrics = row.get("metrics") or {}
     covered = [answer_in_passages(short_answers_of(p), texts) for p in qa_pairs]
+    contained = str_em(answer, qa_pairs)  # ASQA rows store it; short-answer rows do not
     extracted = []
     if reader is not None and answer.strip():
         for pair in qa_pairs:
@@ -107,8 +123,9 @@ def signals(row: dict[str, Any], qa_pairs: list[Any], reader: Any) -> dict[str, 
                               "f1": round(token_f1(got, short_answers_of(pair)), 3)})
     return {
         "coverage": sum(covered) / len(qa_pairs) if qa_pairs else 0.0,
-        "str_em": float(metrics.get("str-em", 0.0)),
-        "d_f1": float(metrics.get("d-f1", 0.0)),
+        "str_em": float(metrics.get("str-em", contained)),
+        "d_f1": float(metrics["d-f1"]) if "d-f1" in metrics else None,
+        "em": float(metrics["em"]) if "em" in metrics else None,
         "rouge_l": float(metrics.get("rouge-l", 0.0)),
         "gold_pairs": len(qa_pairs),
         "interpretations": len(pred.get("interpretations") or []),
@@ -125,7 +142,7 @@ def cause(sig: dict[str, Any]) -> str:
         return "other"
     if sig["path"] == "closed_book" and sig["coverage"] > 0:
         return "verification"
-    if sig["str_em"] > 0 and sig["d_f1"] == 0:
+    if sig["str_em"] > 0 and (sig["d_f1"] == 0 or (sig["d_f1"] is None and sig["em"] == 0)):
         return "metric artefact"
     if sig["coverage"] == 0:
         return "retrieval miss"
@@ -151,21 +168,23 @@ def output_health(rows: dict[str, dict[str, Any]], ids: list[str],
     A qa pair *stated* is one whose short answer the long answer contains (STR-EM's test);
     ``recovered`` counts those where the reader's extraction has token F1 > 0 with the pair's
     answers. The gap between the two is what D-F1 loses to the reader, not to the program.
+    Without a reader (short-answer runs) ``recovered`` is None.
     """
     answers = [str((rows[q].get("prediction") or {}).get("answer") or "") for q in ids]
     cut = sum(int((rows[q].get("cost") or {}).get("truncated_calls", 0)) > 0 for q in ids)
     stated = recovered = 0
     for qid, answer in zip(ids, answers, strict=True):
-        for pair in examples[qid]["qa_pairs"]:
+        for pair in gold_pairs(examples[qid]):
             golds = short_answers_of(pair)
             if str_em(answer, [pair]) == 0:
                 continue
             stated += 1
-            question = str(field_value(pair, "question", ""))
-            recovered += token_f1(reader.answer(question, answer), golds) > 0
+            if reader is not None:
+                question = str(field_value(pair, "question", ""))
+                recovered += token_f1(reader.answer(question, answer), golds) > 0
     return {"n": len(ids), "cut": cut, "loops": sum(map(repeats_a_sentence, answers)),
             "median_words": statistics.median(len(a.split()) for a in answers) if ids else 0,
-            "stated": stated, "recovered": recovered}
+            "stated": stated, "recovered": recovered if reader is not None else None}
 
 
 def _cut(text: str, n: int) -> str:
@@ -174,13 +193,17 @@ def _cut(text: str, n: int) -> str:
 
 
 def render(program: str, baseline: str, picked: list[dict[str, Any]], n_fail: int,
-           n_pairs: int, command: str, health: dict[str, dict[str, float]]) -> str:
+           n_pairs: int, command: str, health: dict[str, dict[str, Any]],
+           key: str = "dr_q", data: str = "") -> str:
     """The Markdown report: the count by cause, then one entry per question."""
     counts = Counter(p["cause"] for p in picked)
     read = sum(bool(p["note"]) for p in picked)
-    lines = [f"# Error analysis: {program} against {baseline}", "",
+    short = key != "dr_q"
+    label, score_col = ("F1", "EM") if short else ("DR", "D-F1")
+    on = f" on {data}" if data else ""
+    lines = [f"# Error analysis: {program} against {baseline}{on}", "",
              f"`{command}`", "",
-             f"{n_fail} of {n_pairs} paired questions fail (per-question DR of {program} not "
+             f"{n_fail} of {n_pairs} paired questions fail (per-question {label} of {program} not "
              f"above {baseline}'s); the {len(picked)} with the largest shortfall are below, "
              f"ties in split order. {read} of them were read by hand (the note column) and "
              "their cause is the reading's call; for the others, and in the column *rule*, "
@@ -188,13 +211,16 @@ def render(program: str, baseline: str, picked: list[dict[str, Any]], n_fail: in
              "rows and gold data, no LM).", "",
              "| cause | questions |", "|---|---:|"]
     lines += [f"| {c} | {counts[c]} |" for c in CAUSES if counts[c]]
-    lines += ["", "| # | question | cause | rule | ΔDR | coverage | STR-EM | D-F1 | words | note |",
+    lines += ["", f"| # | question | cause | rule | Δ{label} | coverage | "
+              f"{'contains' if short else 'STR-EM'} | {score_col} | words | note |",
               "|---:|---|---|---|---:|---:|---:|---:|---:|---|"]
     for i, p in enumerate(picked, 1):
         s = p["signals"]
+        score = s["em"] if short else s["d_f1"]
         lines.append(f"| {i} | {_cut(p['question'], 70)} | {p['cause']} | {p['rule']} | "
                      f"{p['gap']:+.3f} | "
-                     f"{s['coverage']:.2f} | {s['str_em']:.2f} | {s['d_f1']:.2f} | "
+                     f"{s['coverage']:.2f} | {s['str_em']:.2f} | "
+                     + ("–" if score is None else f"{score:.2f}") + " | "
                      f"{s['answer_words']} | {_cut(p['note'], 220)} |")
     lines += ["", "Output health over the questions every listed run holds: an LM call cut at "
               "its output cap; an answer that says one sentence twice; qa pairs whose short "
@@ -204,11 +230,12 @@ def render(program: str, baseline: str, picked: list[dict[str, Any]], n_fail: in
               "| recovered by the reader |",
               "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {name} | {h['n']} | {h['cut']} | {h['loops']} | {h['median_words']:g} | "
-              f"{h['stated']} | {h['recovered']}"
-              + (f" ({h['recovered'] / h['stated']:.0%})" if h["stated"] else "") + " |"
+              f"{h['stated']} | "
+              + ("– (no reader)" if h["recovered"] is None else f"{h['recovered']}"
+                 + (f" ({h['recovered'] / h['stated']:.0%})" if h["stated"] else "")) + " |"
               for name, h in health.items()]
     lines += ["", "Coverage: share of gold qa pairs with an answer in the passages read. "
-              "Words: length of the long answer. `--json` keeps each answer and what the "
+              "Words: length of the answer. `--json` keeps each answer and what the "
               "reader extracted per qa pair."]
     return "\n".join(lines) + "\n"
 
@@ -240,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     rows, base = by_id(run), by_id(against)
     examples = {str(e["id"]): e for e in load_dataset(spec["data"])}
     order = list(examples)
-    ids, n_fail = failing(rows, base, order, args.n)
+    key = score_key(rows)
+    ids, n_fail = failing(rows, base, order, args.n, key)
     notes = json.loads(args.notes.read_text(encoding="utf-8")) if args.notes else {}
-    reader = make_reader(spec.get("reader") or None)
+    # D-F1's reader matters on ASQA only; short answers are scored against the answers as given
+    reader = make_reader(spec.get("reader") or None) if key == "dr_q" else None
 
     picked = []
     for qid in ids:
-        qa_pairs = list(examples[qid]["qa_pairs"])
+        qa_pairs = gold_pairs(examples[qid])
         sig = signals(rows[qid], qa_pairs, reader)
         rule = cause(sig)
         read = notes.get(qid) or {}
@@ -255,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"expected one of {', '.join(CAUSES)}")
         picked.append({"id": qid, "question": rows[qid]["question"],
                        "cause": read.get("cause", rule), "rule": rule,
-                       "gap": dr_q(rows[qid]) - dr_q(base[qid]), "signals": sig,
+                       "gap": dr_q(rows[qid], key) - dr_q(base[qid], key), "signals": sig,
                        "answer": (rows[qid].get("prediction") or {}).get("answer", ""),
                        "note": read.get("note", "")})
 
@@ -272,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     health.update({name: output_health(o, common, examples, reader)
                    for name, o in others.items()})
     atomic_write_text(out, render(spec["program"], base_spec["program"], picked, n_fail,
-                                  n_pairs, command, health))
+                                  n_pairs, command, health, key, spec["data"]))
     if args.json:
         atomic_write_text(args.json, json.dumps(picked, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {_rel(out)}: " + ", ".join(

@@ -45,6 +45,60 @@ def test_cause_rules_in_their_order(sig, expected, benchmark_script):
     assert ea.cause(full) == expected
 
 
+@pytest.mark.parametrize(("sig", "expected"), [
+    # a short answer that contains a gold answer but is not one: wordy, not wrong
+    ({"coverage": 1.0, "str_em": 1.0, "em": 0.0}, "metric artefact"),
+    ({"coverage": 1.0, "str_em": 1.0, "em": 1.0}, "other"),  # right (a tie with the baseline)
+    ({"coverage": 0.0, "str_em": 0.0, "em": 0.0}, "retrieval miss"),
+    ({"coverage": 1.0, "str_em": 0.0, "em": 0.0}, "generation"),
+])
+def test_cause_rules_for_short_answers_need_no_reader(sig, expected, benchmark_script):
+    ea = benchmark_script("error_analysis")
+    full = {"error": None, "path": None, "d_f1": None, "interpretations": 0,
+            "gold_pairs": 1, **sig}
+    assert ea.cause(full) == expected
+
+
+def test_short_answer_runs_are_judged_by_f1_with_the_question_as_its_own_pair(
+        tmp_path, shared_data, benchmark_script, monkeypatch):
+    """WebQ/NQ/HotpotQA rows carry em/f1, not dr_q: failing is by F1, coverage and
+    containment come from the example's answers, and no D-F1 reader is built."""
+    ea = benchmark_script("error_analysis")
+    monkeypatch.setattr("ambiqa.evaluation.reader.make_reader", lambda *a, **k: pytest.fail(
+        "a short-answer analysis must not build a D-F1 reader"))
+    ex = load_dataset("webq:dev:2")
+    gold = str(list(ex[0]["answers"])[0])
+    spec = {"data": "webq:dev:2", "metrics": ["em", "f1"]}
+    runs = {}
+    for name, rows in (
+            ("prog", [{"id": ex[0]["id"], "question": ex[0]["question"], "error": None,
+                       "metrics": {"em": 0.0, "f1": 0.0},
+                       "prediction": {"answer": "Nowhere",
+                                      "passages": [{"id": "p", "text": "an unrelated text"}]}},
+                      {"id": ex[1]["id"], "question": ex[1]["question"], "error": None,
+                       "metrics": {"em": 0.0, "f1": 0.5},
+                       "prediction": {"answer": "x", "passages": []}}]),
+            ("base", [{"id": ex[0]["id"], "question": ex[0]["question"], "error": None,
+                       "metrics": {"em": 1.0, "f1": 1.0},
+                       "prediction": {"answer": gold, "passages": []}},
+                      {"id": ex[1]["id"], "question": ex[1]["question"], "error": None,
+                       "metrics": {"em": 0.0, "f1": 0.0},
+                       "prediction": {"answer": "y", "passages": []}}])):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({**spec, "program": name}))
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs[name] = run
+    out = tmp_path / "report.md"
+    assert ea.main(["--run", str(runs["prog"]), "--against", str(runs["base"]),
+                    "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "1 of 2 paired questions fail (per-question F1 of prog" in text
+    assert "| ΔF1 | coverage | contains | EM |" in text
+    assert "| retrieval miss | retrieval miss | -1.000 | 0.00 | 0.00 | 0.00 |" in text
+    assert "– (no reader)" in text
+
+
 def test_report_counts_hand_causes_and_keeps_the_rules_guess(tmp_path, shared_data,
                                                             benchmark_script):
     ea = benchmark_script("error_analysis")
