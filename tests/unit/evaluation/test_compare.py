@@ -451,3 +451,14 @@ def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path, ben
     assert "| vanilla_rag-labeled | closed_book | 3 | +0.333" in text  # (0.3+0.3+0.4)/3
     # the compiled runs do not show up as a data set of their own
     assert cm.COMPILED_DIR not in cm.collect(tmp_path)
+
+    # a compiled diva is also held to the target pair diva >= vanilla_rag: against the
+    # zero-shot vanilla_rag and the vanilla_rag compiled with the same teleprompter
+    write_run(tmp_path / cm.COMPILED_DIR / "diva-labeled",
+              str(tmp_path / "compiled" / "diva-labeled.json"), [0.4, 0.4, 0.4])
+    text = "\n".join(cm.compile_lines(tmp_path))
+    assert "| diva-labeled | closed_book | 3 | +0.333" in text  # (0.4+0.3+0.3)/3
+    assert "| diva-labeled | vanilla_rag | 3 | +0.200" in text  # (0.3+0.2+0.1)/3
+    assert "| diva-labeled | vanilla_rag-labeled | 3 | +0.000" in text  # (0.1+0-0.1)/3
+    assert "| diva-labeled | diva |" not in text  # no zero-shot diva row here
+    assert "| vanilla_rag-labeled | diva" not in text  # the pair runs one way
