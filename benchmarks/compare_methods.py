@@ -443,8 +443,7 @@ def compile_lines(root: Path) -> list[str]:
     for path in runs:
         run = load_run(path)
         program, _, teleprompter = path.name.partition("-")
-        base_dir = root / "asqa" / program
-        base = load_run(base_dir) if (base_dir / "results.jsonl").is_file() else None
+        base = load_if_run(root / "asqa" / program)
         s = summarize(run.rows, metrics)
         cells = [f"{_fmt(s['metrics'][m]['mean'])} {fmt_interval(*s['metrics'][m]['ci95'])}"
                  if s["metrics"][m]["n"] else "–" for m in metrics]

@@ -88,7 +88,7 @@ def gold_pairs(example: Any) -> list[Any]:
     return list(example.get("qa_pairs") or [example])
 
 
-def dr_q(row: dict[str, Any], key: str = "dr_q") -> float:
+def row_score(row: dict[str, Any], key: str = "dr_q") -> float:
     """Per-question score (DR by default); a failed row scores 0, as in every headline mean."""
     if row.get("error"):
         return 0.0
@@ -100,8 +100,8 @@ def failing(program: dict[str, dict[str, Any]], baseline: dict[str, dict[str, An
     """The ``n`` paired questions with the largest shortfall, and how many fail at all."""
     position = {qid: i for i, qid in enumerate(order)}
     shared = [q for q in program if q in baseline]
-    gaps = sorted((dr_q(program[q], key) - dr_q(baseline[q], key), position.get(q, 10**9), q)
-                   for q in shared)
+    gaps = sorted((row_score(program[q], key) - row_score(baseline[q], key),
+                   position.get(q, 10**9), q) for q in shared)
     fails = [(gap, pos, q) for gap, pos, q in gaps if gap <= 0]
     return [q for _, _, q in fails[:n]], len(fails)
 
@@ -113,7 +113,6 @@ def signals(row: dict[str, Any], qa_pairs: list[Any], reader: Any) -> dict[str, 
     answer = str(pred.get("answer") or "")
     metrics = row.get("metrics") or {}
     covered = [answer_in_passages(short_answers_of(p), texts) for p in qa_pairs]
-    contained = str_em(answer, qa_pairs)  # ASQA rows store it; short-answer rows do not
     extracted = []
     if reader is not None and answer.strip():
         for pair in qa_pairs:
@@ -123,7 +122,8 @@ def signals(row: dict[str, Any], qa_pairs: list[Any], reader: Any) -> dict[str, 
                               "f1": round(token_f1(got, short_answers_of(pair)), 3)})
     return {
         "coverage": sum(covered) / len(qa_pairs) if qa_pairs else 0.0,
-        "str_em": float(metrics.get("str-em", contained)),
+        # ASQA rows store STR-EM; for short-answer rows the same containment test is run here
+        "str_em": float(metrics["str-em"]) if "str-em" in metrics else str_em(answer, qa_pairs),
         "d_f1": float(metrics["d-f1"]) if "d-f1" in metrics else None,
         "em": float(metrics["em"]) if "em" in metrics else None,
         "rouge_l": float(metrics.get("rouge-l", 0.0)),
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"expected one of {', '.join(CAUSES)}")
         picked.append({"id": qid, "question": rows[qid]["question"],
                        "cause": read.get("cause", rule), "rule": rule,
-                       "gap": dr_q(rows[qid], key) - dr_q(base[qid], key), "signals": sig,
+                       "gap": row_score(rows[qid], key) - row_score(base[qid], key), "signals": sig,
                        "answer": (rows[qid].get("prediction") or {}).get("answer", ""),
                        "note": read.get("note", "")})
 
