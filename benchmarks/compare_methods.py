@@ -65,6 +65,13 @@ class Dataset:
     pairs: tuple[tuple[str, str], ...] = ()
     #: per-program settings (``--program-config``), e.g. the short answer form
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: rows that run a program under another name with other settings (run name → program),
+    #: e.g. a fix an error analysis chose; their settings are in ``configs``
+    variants: dict[str, str] = field(default_factory=dict)
+
+    def program_of(self, name: str) -> str:
+        """The program a plan row runs (a variant's name maps to its program)."""
+        return self.variants.get(name, name)
 
     @property
     def n(self) -> int:
@@ -139,8 +146,8 @@ def evaluate_argv(ds: Dataset, program: str, n: int, out: Path, *, lm: str | Non
                   index: str | None, threads: int, timeout_s: float | None,
                   reader: str | None) -> list[str]:
     """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand)."""
-    argv = ["evaluate", program, "--data", f"{ds.data}:{n}", "--metrics", ",".join(ds.metrics),
-            "--out", str(out), "--threads", str(threads)]
+    argv = ["evaluate", ds.program_of(program), "--data", f"{ds.data}:{n}",
+            "--metrics", ",".join(ds.metrics), "--out", str(out), "--threads", str(threads)]
     if ds.configs.get(program):
         argv += ["--program-config", json.dumps(ds.configs[program], sort_keys=True)]
     if lm:
@@ -277,12 +284,22 @@ def collect(root: Path) -> dict[str, list[Any]]:
     return found
 
 
+def row_name(plan: Dataset | None, run: Any) -> str:
+    """A run's name in the tables: its program, or the plan variant its directory is."""
+    if plan and run.path.name in plan.variants:
+        return run.path.name
+    return run.spec.program
+
+
 def _order(key: str, runs: list[Any]) -> list[Any]:
     plan = PLAN.get(key)
     order = list(plan.programs) if plan else []
-    return sorted(runs, key=lambda r: (order.index(r.spec.program)
-                                       if r.spec.program in order else len(order),
-                                       r.spec.program))
+
+    def rank(run: Any) -> tuple[int, str]:
+        name = row_name(plan, run)
+        return (order.index(name) if name in order else len(order), name)
+
+    return sorted(runs, key=rank)
 
 
 def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -323,12 +340,12 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
                  f"{float(s['cost'].get(k, 0.0)):.0f}" for k, _, d in COST_COLUMNS]
         total_min = sum(float((r.get("cost") or {}).get("wall_s", 0) or 0)
                         for r in run.rows) / 60
-        lines.append(f"| {run.spec.program} | {run.spec.data} | {s['n']} | {s['n_errors']} | "
+        lines.append(f"| {row_name(plan, run)} | {run.spec.data} | {s['n']} | {s['n_errors']} | "
                      + " | ".join(cells) + " | " + " | ".join(costs)
                      + f" | {total_min:.1f} |")
         h = s["metrics"].get(headline)
         if h and h["n"]:
-            points.append({"label": run.spec.program, "x": float(s["cost"]["wall_s"]),
+            points.append({"label": row_name(plan, run), "x": float(s["cost"]["wall_s"]),
                            "y": h["mean"], "lo": h["ci95"][0], "hi": h["ci95"][1]})
     if any_failed:
         lines += ["", "(excl. failed: the value over the questions that did not fail.)"]
@@ -363,9 +380,9 @@ def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> l
 
     if not plan:
         return []
-    by_name = {r.spec.program: r for r in runs}
-    pairs = [(r.spec.program, plan.baseline) for r in runs
-             if plan.baseline and r.spec.program != plan.baseline]
+    by_name = {row_name(plan, r): r for r in runs}
+    pairs = [(name, plan.baseline) for name in by_name
+             if plan.baseline and name != plan.baseline]
     pairs += [p for p in plan.pairs if p not in pairs]
     pairs = [(a, b) for a, b in pairs if a in by_name and b in by_name]
     if not pairs:

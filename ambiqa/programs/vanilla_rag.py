@@ -11,7 +11,10 @@ Two LM calls and one retriever call per question.
 
 Short form (``answer_form="short"``; HotpotQA, NQ, WebQ): retrieve the top-k passages, then
 one LM call answers in a few words from them -- the standard retrieve-then-read baseline
-(EoR's single-retriever setting, IRCoT's "one-step retrieval"). Faithfulness table:
+(EoR's single-retriever setting, IRCoT's "one-step retrieval"). ``recall_fallback=True``
+(short form only) lets that call answer from memory when no passage states the answer -- a
+fix chosen on WebQ train after the error analysis of WebQ dev (see ``ShortAnswerStep``); off
+by default, as the baseline's papers read the passages as given. Faithfulness table:
 ``docs/methods.md#baselines``.
 """
 
@@ -20,18 +23,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ambiqa.errors import ConfigError
 from ambiqa.programs.base import AmbiqaProgram
-from ambiqa.programs.config import ProgramConfig, answer_form_field, int_field
+from ambiqa.programs.config import ProgramConfig, answer_form_field, bool_field, int_field
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep, ShortAnswerStep
 
 
 @dataclass(frozen=True)
 class VanillaRAGConfig(ProgramConfig):
-    """``k`` passages; ``answer_form`` "long" (default) or "short"."""
+    """``k`` passages; ``answer_form`` "long" (default) or "short"; ``recall_fallback``
+    (short form only): answer from memory when no passage states the answer."""
 
     label = "vanilla_rag: "
     k: int = int_field(5)
     answer_form: str = answer_form_field()
+    recall_fallback: bool = bool_field(False)
+
+    def check(self) -> None:
+        if self.recall_fallback and self.answer_form != "short":
+            raise ConfigError(f"{self.label}recall_fallback applies to answer_form='short' "
+                              "only (the long form has no short-answer call)")
 
 
 class VanillaRAG(AmbiqaProgram):
@@ -39,14 +50,16 @@ class VanillaRAG(AmbiqaProgram):
     # minimal dependent LM rounds per question: clarify -> long answer (short form: 1)
     min_lm_rounds = 2
 
-    def __init__(self, retriever=None, k: int = 5, answer_form: str = "long") -> None:
+    def __init__(self, retriever=None, k: int = 5, answer_form: str = "long",
+                 recall_fallback: bool = False) -> None:
         super().__init__(retriever)
-        self.use_config(VanillaRAGConfig(k=k, answer_form=answer_form))
+        self.use_config(VanillaRAGConfig(k=k, answer_form=answer_form,
+                                         recall_fallback=recall_fallback))
         self.answer_style = answer_form
         # Only the predictors the form uses exist (see ClosedBook).
         if answer_form == "short":
             self.min_lm_rounds = 1
-            self.short_answer = ShortAnswerStep()
+            self.short_answer = ShortAnswerStep(recall_fallback=self.recall_fallback)
         else:
             self.clarify = ClarifyStep()
             self.long_answer = LongAnswerStep()

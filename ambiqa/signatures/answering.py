@@ -87,6 +87,17 @@ class ShortAnswer(dspy.Signature):
     answer: str = dspy.OutputField(desc="the answer in a few words, no explanation")
 
 
+class ShortAnswerOrRecall(dspy.Signature):
+    """Answer the question with a short phrase of one to a few words (a name, date, number or
+    place), not a sentence. Use the passages when one of them states the answer. When none of
+    them does, do not copy a name from them: answer from what you know. The answer is never the
+    person, place or thing the question itself names."""
+
+    question: str = dspy.InputField(desc="a factual question")
+    passages: str = dspy.InputField(desc="numbered passages that may or may not hold the answer")
+    answer: str = dspy.OutputField(desc="the answer in a few words, no explanation")
+
+
 class BackgroundDocument(dspy.Signature):
     """Write a short background paragraph, from your own knowledge, that contains the facts
     needed to answer the question. Do not ask for documents; state what you know."""

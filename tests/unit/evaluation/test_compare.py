@@ -462,3 +462,41 @@ def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path, ben
     assert "| diva-labeled | vanilla_rag-labeled | 3 | +0.000" in text  # (0.1+0-0.1)/3
     assert "| diva-labeled | diva |" not in text  # no zero-shot diva row here
     assert "| vanilla_rag-labeled | diva" not in text  # the pair runs one way
+
+
+def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_data, use_lm,
+                                                            benchmark_script, monkeypatch):
+    """A variant row (a fix an error analysis chose) runs the program it names with its own
+    settings into its own run directory, and the tables pair it by that name."""
+    import dataclasses
+
+    from ambiqa.retrieval.base import InMemoryRetriever
+    from ambiqa.types import Passage
+
+    cm = benchmark_script("compare_methods")
+    ds = dataclasses.replace(
+        cm.PLAN["webq"], programs={"closed_book": 2, "vanilla_rag": 2, "vanilla_rag-recall": 2},
+        configs={**cm.PLAN["webq"].configs,
+                 "vanilla_rag-recall": {"answer_form": "short", "recall_fallback": True}},
+        variants={"vanilla_rag-recall": "vanilla_rag"},
+        pairs=(("vanilla_rag-recall", "vanilla_rag"),))
+    monkeypatch.setitem(cm.PLAN, "webq", ds)
+    argv = cm.evaluate_argv(ds, "vanilla_rag-recall", 2, tmp_path, lm=None, index=None,
+                            threads=1, timeout_s=None, reader=None)
+    assert argv[1] == "vanilla_rag"
+    assert json.loads(argv[argv.index("--program-config") + 1])["recall_fallback"] is True
+    lm = use_lm(scripted_lm({"ShortAnswer": {"answer": "Paris"},
+                             "ShortAnswerOrRecall": {"answer": "Lyon"}}))
+    retriever = InMemoryRetriever([Passage("p1", "France", "Paris is the capital of France.")])
+    root = tmp_path / "compare"
+    st = cm.run_plan(["webq"], None, 2, root, lm=None, index="memory:test", lm_object=lm,
+                     retriever=retriever, progress=False, log=lambda _: None)
+    assert [s["ok"] for s in st] == [True, True, True]
+    meta = json.loads((root / "webq" / "vanilla_rag-recall" / "run.json").read_text())
+    assert meta["program"] == "vanilla_rag"
+    assert lm.engine.count("ShortAnswerOrRecall") == 2
+    assert lm.engine.count("ShortAnswer") == 4  # closed_book and vanilla_rag, 2 each
+    text = cm.write_tables(root).read_text()
+    assert "| vanilla_rag-recall | webq:dev:2 | 2 | 0 |" in text
+    assert "| vanilla_rag-recall | vanilla_rag | 2 |" in text
+    assert "| vanilla_rag-recall | closed_book | 2 |" in text

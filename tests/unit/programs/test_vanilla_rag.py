@@ -116,10 +116,39 @@ def test_short_form_answers_in_one_call_from_the_retrieved_passages(use_lm):
     assert "Chris Rankin played Percy" in seen["passages"]
     assert out.trace["lm_calls"] == 1 and out.trace["retriever_calls"] == 1
     assert lm.engine.count("ClarifyFromPassages") == 0
-    assert prog.config() == {"k": 2, "answer_form": "short"}
+    assert prog.config() == {"k": 2, "answer_form": "short", "recall_fallback": False}
     assert prog.answer_style == "short" and prog.min_lm_rounds == 1
     # only the predictor the form uses exists, so compiled state names what was tuned
     assert [n for n, _ in prog.named_predictors()] == ["short_answer.answer"]
+
+
+def test_recall_fallback_swaps_the_short_answer_prompt_only(use_lm):
+    """recall_fallback=True: the one short-answer call uses the prompt that may answer from
+    memory when no passage states the answer; retrieval and the call count do not change."""
+    seen = {}
+
+    def short(inputs):
+        seen.update(inputs)
+        return {"answer": "Mountain Time Zone"}
+
+    lm = use_lm(scripted_lm({"ShortAnswerOrRecall": short}))
+    prog = VanillaRAG(InMemoryRetriever(PASSAGES), k=2, answer_form="short",
+                      recall_fallback=True)
+    out = prog(question="What time zone is Utah in?")
+    assert out.answer == "Mountain Time Zone"
+    assert "Chris Rankin played Percy" in seen["passages"]
+    assert out.trace["lm_calls"] == 1 and out.trace["retriever_calls"] == 1
+    assert lm.engine.count("ShortAnswerOrRecall") == 1 and lm.engine.count("ShortAnswer") == 0
+    assert prog.config()["recall_fallback"] is True
+    assert "answer from what you know" in " ".join(
+        prog.short_answer.answer.signature.instructions.split())
+    assert (VanillaRAG(InMemoryRetriever(PASSAGES), answer_form="short")
+            .short_answer.answer.signature.__name__ == "ShortAnswer")
+
+
+def test_recall_fallback_with_the_long_form_is_a_clear_error():
+    with pytest.raises(ConfigError, match="recall_fallback applies to answer_form='short'"):
+        VanillaRAG(InMemoryRetriever(PASSAGES), recall_fallback=True)
 
 
 def test_closed_book_short_form_reads_no_passages(use_lm):
