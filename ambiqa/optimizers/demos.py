@@ -120,7 +120,7 @@ CONVERTERS: dict[str, Callable[[Any], dspy.Example | None]] = {
     "WriteLongAnswer": long_answer_demo,
     "ClosedBookLongAnswer": closed_book_demo,
     "ShortAnswer": short_answer_demo,
-    "ShortAnswerOrRecall": short_answer_demo,
+    "ShortAnswerOrUnknown": short_answer_demo,
     "AnswerFromMemories": memories_answer_demo,
 }
 

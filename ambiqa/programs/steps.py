@@ -15,14 +15,16 @@ from typing import Any
 
 import dspy
 
+from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.programs.base import format_pairs, format_passages, safe_step
 from ambiqa.signatures.answering import (
     ClosedBookLongAnswer,
     ShortAnswer,
-    ShortAnswerOrRecall,
+    ShortAnswerOrUnknown,
     WriteLongAnswer,
 )
 from ambiqa.signatures.disambiguation import ClarifyFromPassages
+from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 
 Config = dict[str, Any] | None
@@ -94,26 +96,53 @@ class ClosedBookStep(dspy.Module):
         return "" if pred is None else str(pred.long_answer or "").strip()
 
 
+#: replies that say the passages hold no answer
+NO_ANSWER = frozenset({"", "unknown", "none", "not mentioned", "no answer", "not stated"})
+
+
+def is_non_answer(answer: str, question: str) -> bool:
+    """Is ``answer`` no answer at all: empty, "unknown", or only words the question already
+    holds ("what language do they speak in australia?" → "Australia")? Compared on SQuAD-
+    normalised words, so case, punctuation and articles do not matter."""
+    a = normalize_answer(answer)
+    if a in NO_ANSWER:
+        return True
+    return set(a.split()) <= set(normalize_answer(question).split())
+
+
 class ShortAnswerStep(dspy.Module):
     """A short answer (a name, date or number) from ``passages``, or from memory when none.
 
     The data sets scored by EM/F1 against a few gold words (HotpotQA, NQ, WebQ) need this
     form: a long paragraph scored there measures the format, not the retrieval.
 
-    ``recall_fallback`` picks the prompt. Off (the default), the passages are taken as true
-    (:class:`ShortAnswer`). On, the model answers from memory when no passage states the
-    answer (:class:`ShortAnswerOrRecall`): where the corpus rarely holds the answer (WebQ,
-    gold in the passages read for 8 of 60 dev questions), the 1.5B otherwise copies a
-    distractor name or the question's own subject where closed-book it knew the answer.
+    ``recall_fallback`` (off by default): the passages are read with a prompt that may reply
+    "unknown" (:class:`ShortAnswerOrUnknown`); when the reply is no answer -- "unknown", empty,
+    or only words of the question (:func:`is_non_answer`) -- one closed-book call
+    (:class:`ShortAnswer` with no passages) replaces it, and the trace records the switch.
+    Why: where the corpus rarely holds the answer (WebQ: a gold answer is in the passages read
+    for 8 of 60 dev questions), the 1.5B otherwise copies a distractor name or the question's
+    own subject where closed-book it knew the answer; a prompt that only *allowed* answering
+    from memory changed nothing on WebQ train (F1 0.062 vs 0.064, n = 37).
     """
 
     def __init__(self, lm_config: Config = None, recall_fallback: bool = False) -> None:
         super().__init__()
         self.lm_config = dict(lm_config or {})
-        self.answer = dspy.Predict(ShortAnswerOrRecall if recall_fallback else ShortAnswer)
+        self.recall_fallback = recall_fallback
+        self.answer = dspy.Predict(ShortAnswerOrUnknown if recall_fallback else ShortAnswer)
+        if recall_fallback:
+            self.recall = dspy.Predict(ShortAnswer)
 
-    def forward(self, question: str, passages: list[Passage]) -> str:
-        pred = safe_step("short_answer", lambda: self.answer(
+    def _ask(self, predictor: dspy.Predict, question: str, passages: list[Passage]) -> str:
+        pred = safe_step("short_answer", lambda: predictor(
             question=question, passages=format_passages(passages), config=self.lm_config),
             None)
         return "" if pred is None else _clean(pred.answer)
+
+    def forward(self, question: str, passages: list[Passage]) -> str:
+        answer = self._ask(self.answer, question, passages)
+        if self.recall_fallback and passages and is_non_answer(answer, question):
+            record_event("short_answer", f"recall fallback: the passages gave {answer!r}")
+            answer = self._ask(self.recall, question, [])
+        return answer

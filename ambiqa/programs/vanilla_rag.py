@@ -12,9 +12,9 @@ Two LM calls and one retriever call per question.
 Short form (``answer_form="short"``; HotpotQA, NQ, WebQ): retrieve the top-k passages, then
 one LM call answers in a few words from them -- the standard retrieve-then-read baseline
 (EoR's single-retriever setting, IRCoT's "one-step retrieval"). ``recall_fallback=True``
-(short form only) lets that call answer from memory when no passage states the answer -- a
-fix chosen on WebQ train after the error analysis of WebQ dev (see ``ShortAnswerStep``); off
-by default, as the baseline's papers read the passages as given. Faithfulness table:
+(short form only): when the passages give no answer, one closed-book call answers instead
+(see ``ShortAnswerStep``) -- the fix the error analysis of WebQ dev proposed, tried on WebQ
+train; off by default, as the baseline's papers read the passages as given. Faithfulness table:
 ``docs/methods.md#baselines``.
 """
 
@@ -32,7 +32,7 @@ from ambiqa.programs.steps import ClarifyStep, LongAnswerStep, ShortAnswerStep
 @dataclass(frozen=True)
 class VanillaRAGConfig(ProgramConfig):
     """``k`` passages; ``answer_form`` "long" (default) or "short"; ``recall_fallback``
-    (short form only): answer from memory when no passage states the answer."""
+    (short form only): answer closed-book when the passages give no answer."""
 
     label = "vanilla_rag: "
     k: int = int_field(5)

@@ -87,15 +87,14 @@ class ShortAnswer(dspy.Signature):
     answer: str = dspy.OutputField(desc="the answer in a few words, no explanation")
 
 
-class ShortAnswerOrRecall(dspy.Signature):
+class ShortAnswerOrUnknown(dspy.Signature):
     """Answer the question with a short phrase of one to a few words (a name, date, number or
-    place), not a sentence. Use the passages when one of them states the answer. When none of
-    them does, do not copy a name from them: answer from what you know. The answer is never the
-    person, place or thing the question itself names."""
+    place), not a sentence, taken from the passages. If no passage states the answer, reply
+    unknown. The answer is never the person, place or thing the question itself names."""
 
     question: str = dspy.InputField(desc="a factual question")
     passages: str = dspy.InputField(desc="numbered passages that may or may not hold the answer")
-    answer: str = dspy.OutputField(desc="the answer in a few words, no explanation")
+    answer: str = dspy.OutputField(desc="the answer in a few words, or unknown")
 
 
 class BackgroundDocument(dspy.Signature):

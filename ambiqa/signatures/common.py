@@ -47,7 +47,7 @@ OUTPUT_CAPS: dict[str, int] = {
     "TypeAmbiguity": 128,
     # short answers and queries
     "ShortAnswer": 48,
-    "ShortAnswerOrRecall": 48,
+    "ShortAnswerOrUnknown": 48,
     "ReadShortAnswer": 48,
     "AnswerFromMemories": 48,
     "AnswerFromReasoning": 48,

@@ -486,7 +486,7 @@ def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_dat
     assert argv[1] == "vanilla_rag"
     assert json.loads(argv[argv.index("--program-config") + 1])["recall_fallback"] is True
     lm = use_lm(scripted_lm({"ShortAnswer": {"answer": "Paris"},
-                             "ShortAnswerOrRecall": {"answer": "Lyon"}}))
+                             "ShortAnswerOrUnknown": {"answer": "Lyon"}}))
     retriever = InMemoryRetriever([Passage("p1", "France", "Paris is the capital of France.")])
     root = tmp_path / "compare"
     st = cm.run_plan(["webq"], None, 2, root, lm=None, index="memory:test", lm_object=lm,
@@ -494,7 +494,7 @@ def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_dat
     assert [s["ok"] for s in st] == [True, True, True]
     meta = json.loads((root / "webq" / "vanilla_rag-recall" / "run.json").read_text())
     assert meta["program"] == "vanilla_rag"
-    assert lm.engine.count("ShortAnswerOrRecall") == 2
+    assert lm.engine.count("ShortAnswerOrUnknown") == 2
     assert lm.engine.count("ShortAnswer") == 4  # closed_book and vanilla_rag, 2 each
     text = cm.write_tables(root).read_text()
     assert "| vanilla_rag-recall | webq:dev:2 | 2 | 0 |" in text
