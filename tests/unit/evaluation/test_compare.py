@@ -474,6 +474,8 @@ def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_dat
     from ambiqa.types import Passage
 
     cm = benchmark_script("compare_methods")
+    assert cm.PLAN["webq"].program_of("vanilla_rag-recall") == "vanilla_rag"
+    assert cm.PLAN["webq"].configs["vanilla_rag-recall"]["recall_fallback"] is True
     ds = dataclasses.replace(
         cm.PLAN["webq"], programs={"closed_book": 2, "vanilla_rag": 2, "vanilla_rag-recall": 2},
         configs={**cm.PLAN["webq"].configs,
