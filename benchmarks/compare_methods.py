@@ -356,7 +356,7 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
         lines += ["", "(excl. failed: the value over the questions that did not fail.)"]
     lines += paired_lines(plan, ordered, metrics)
     if "dr" in metrics:
-        lines += dr_before_after(ordered)
+        lines += dr_before_after(ordered, plan)
     if plan and plan.paper:
         lines += ["", f"Published reference ({plan.paper_source}):", "",
                   "| paper run | " + " | ".join(metrics) + " |",
@@ -408,7 +408,7 @@ def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> l
     return lines
 
 
-def dr_before_after(runs: list[Any]) -> list[str]:
+def dr_before_after(runs: list[Any], plan: Dataset | None = None) -> list[str]:
     """DR as ambiqa computed it before issue 11 (mean of per-question roots) beside the
     ASQA definition, from the same rows, so the change is traceable."""
     from ambiqa.evaluation.runner import summarize
@@ -428,7 +428,8 @@ def dr_before_after(runs: list[Any]) -> list[str]:
                                    * max(float(got["rouge-l"]), 0.0)))
         dr = summarize(run.rows, ["dr"])["metrics"]["dr"]
         old = sum(roots) / len(roots) if roots else math.nan
-        lines.append(f"| {run.spec.program} | {dr['n']} | {_fmt(dr['mean'])} | {_fmt(old)} |")
+        lines.append(f"| {row_name(plan, run)} | {dr['n']} | {_fmt(dr['mean'])} | "
+                     f"{_fmt(old)} |")
     return lines
 
 

@@ -123,7 +123,8 @@ class ShortAnswerStep(dspy.Module):
     Why: where the corpus rarely holds the answer (WebQ: a gold answer is in the passages read
     for 8 of 60 dev questions), the 1.5B otherwise copies a distractor name or the question's
     own subject where closed-book it knew the answer; a prompt that only *allowed* answering
-    from memory changed nothing on WebQ train (F1 0.062 vs 0.064, n = 37).
+    from memory changed nothing on WebQ train (F1 0.057 vs 0.064, n = 40), this fallback
+    lifted it to 0.161 (``benchmarks/results/webq-train-ab/``).
     """
 
     def __init__(self, lm_config: Config = None, recall_fallback: bool = False) -> None:
