@@ -160,7 +160,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     lm = lm_from_args(args)
     config = program_config(args)
     options = {"num_candidates": args.num_candidates, "mipro_trials": args.mipro_trials,
-               "knn_pool": args.knn_pool, "n_val": args.n_val}
+               "knn_pool": args.knn_pool, "knn_gold_only": args.knn_gold_only,
+               "n_val": args.n_val}
     if args.dry_run:
         est = _dry_run(args.program, train, metric, reader_from_args(args), retriever, config,
                        args.sample, n_val_limit=args.n_val, optimizer=args.optimizer,
@@ -376,6 +377,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bootstrap-rs candidate sets / mipro instruction candidates")
     p.add_argument("--mipro-trials", type=int, default=4)
     p.add_argument("--knn-pool", type=int, default=8, help="knn: demos kept per predictor")
+    p.add_argument("--knn-gold-only", action="store_true",
+                   help="knn: pool only the training split's labelled demos (no bootstrap, no "
+                        "LM call) -- ToC's nearest-neighbour exemplars")
     p.add_argument("--n-val", type=int, default=8,
                    help="bootstrap-rs/mipro: held-out training questions scoring candidates")
     _add_budget_args(p)

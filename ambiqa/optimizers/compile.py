@@ -20,7 +20,9 @@ Teleprompters (``optimizer=``):
 * ``knn`` -- nearest-neighbour demos per question (DSPy's KNNFewShot idea, the way Diva and
   ToC pick few-shot examples): each predictor's pool is its gold demos plus bootstrapped
   traces; at call time it shows the ``k`` nearest (:mod:`ambiqa.optimizers.knn`, local
-  MiniLM).
+  MiniLM). ``knn_gold_only`` keeps only the gold demos (no bootstrap, no LM call): ToC's own
+  set-up, which picks its exemplars among labelled training questions by similarity, with
+  ``knn_pool`` large enough that the neighbours come from the whole split.
 * ``mipro`` -- ``dspy.MIPROv2`` (instructions + demos) with small explicit settings:
   ``num_candidates`` instruction/demo candidates, ``mipro_trials`` Bayesian-search trials,
   no minibatching, and the program/data-aware proposers off (they cost many LM calls and
@@ -182,7 +184,8 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     metric: Any = None, k: int = 2, seed: int = 0, threshold: float | None = None,
                     max_rounds: int = 1, valset: list[Any] | None = None,
                     num_candidates: int = 4, budget: Budget | None = None,
-                    knn_encoder: Any = None, knn_pool: int = 8, mipro_trials: int = 4,
+                    knn_encoder: Any = None, knn_pool: int = 8, knn_gold_only: bool = False,
+                    mipro_trials: int = 4,
                     n_val: int | None = None, train_spec: str | None = None,
                     devset: list[Any] | None = None, dev_spec: str | None = None,
                     allow_eval_splits: bool = False) -> tuple[dspy.Module, CompileReport]:
@@ -233,9 +236,9 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
         elif optimizer == "knn":
             from ambiqa.optimizers.knn import install_knn
 
-            settings.update(pool=knn_pool)
+            settings.update(pool=knn_pool, gold_only=knn_gold_only)
             pools = labeled_demos(trainset)
-            if safe is not None:
+            if safe is not None and not knn_gold_only:
                 compiled = bootstrap(program, trainset, safe, k=knn_pool, seed=seed,
                                      threshold=threshold, max_rounds=max_rounds, budget=budget,
                                      pools=pools, fill=False)

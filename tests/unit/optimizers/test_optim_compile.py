@@ -145,6 +145,24 @@ def test_knn_picks_nearest_demos_per_question_and_survives_an_artifact(
     assert isinstance(p, KNNPredict) and p.knn_k == 1 and len(p.demos) == len(clarify.demos)
 
 
+def test_knn_gold_only_pools_the_labelled_demos_without_an_lm_call(use_lm, demo_retriever):
+    """ToC's set-up: exemplars are labelled training questions, picked by similarity; no
+    bootstrap, so compiling costs no LM call even when a metric is given."""
+    lm = use_lm(vanilla_rag_lm())
+    train = load_dataset("demo:train")
+    compiled, report = compile_program(VanillaRAG(demo_retriever, k=2), train, optimizer="knn",
+                                       metric=dspy_metric("str-em"), k=1, knn_pool=50,
+                                       knn_gold_only=True, knn_encoder=HashEncoder())
+    assert lm.engine.calls == []
+    assert report.settings["gold_only"] is True
+    clarify = dict(compiled.named_predictors())["clarify.clarify"]
+    assert isinstance(clarify, KNNPredict)
+    gold_questions = {ex.question for ex in train if len(ex.qa_pairs) > 0}
+    pooled = {d["question"] for d in clarify.demos}
+    assert pooled and pooled <= gold_questions
+    assert all(d.get("augmented") is not True for d in clarify.demos)  # no bootstrapped trace
+
+
 def test_multi_predictor_program_gets_demos_per_predictor(use_lm):
     """Diva: typing, rewriting, verification, clarify and long answer each get their own."""
     from ambiqa.types import Passage
