@@ -141,8 +141,8 @@ COMPILE_PLAN: tuple[tuple[str, str, int], ...] = (
 )
 #: ``toc-knn-gold`` is ToC as its paper runs it: few-shot, the exemplars being the labelled
 #: training questions nearest the question (here the 2 nearest of all 500 ASQA train
-#: questions, not the paper's 5: five demos with their passages would not fit the 1.5B's
-#: context and cost minutes of prefill per call on 2 cores). Zero-shot, the 1.5B's clarifier
+#: questions, not the paper's 5: an exemplar with its passages is ~500 tokens, so five would
+#: bring a prompt near the 1.5B's 4k context and double its prefill). Zero-shot, the clarifier
 #: mostly repeats the question, so the zero-shot tree has one reading.
 COMPILE_ARGS: dict[str, list[str]] = {
     "labeled": ["--k", "2"], "knn": ["--k", "2"], "bootstrap": ["--k", "2"],
