@@ -259,12 +259,14 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         *([f"Run note: {meta['note']}", ""] if meta.get("note") else []),
         "Command (resumable: rerun it to add questions):", "", "```", meta.get("command", ""),
         "```", "",
-        "Not run here (they do not fit the shared 2-core machine): the same measurement on "
-        "Diva's own pseudo-interpretations, and the paired program runs of issue 12 items 1 "
-        "(Diva with and without the skip on type None, n = 30) and 6 (ToC with the paper's and "
-        "the strict self-verification, n = 20):", "", "```",
-        "python benchmarks/verifier.py --n 30 --index dense:wiki-dense --interpretations diva "
-        "--out benchmarks/results/verifier-diva.jsonl",
+        "Diva's own pseudo-interpretations are scored in the section below (the votes of "
+        "the ASQA evidence run, `--from-run`). Issue 12 items 1 and 6 are answered by the "
+        "evidence runs too (same model, retriever and questions, paired): Diva typed 1 of "
+        "its 60 ASQA dev questions None, so the optional skip on None changes at most one "
+        "question; ToC with the paper's and the strict self-verification ran on the first 20 "
+        "(`python benchmarks/compare_methods.py --datasets asqa --programs toc,toc-strict "
+        "--n 20`; BENCHMARKS.md's evidence section). Stand-alone versions of both "
+        "comparisons:", "", "```",
         "python benchmarks/verifier.py --faithfulness --run   # prints and runs:",
         *("  " + shlex.join(c) for c in faithfulness_commands(
             "dense:wiki-dense", "embedded", 30, 20, "runs/faithfulness")),
