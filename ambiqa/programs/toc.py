@@ -21,16 +21,23 @@ from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, 
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
 from ambiqa.retrieval.encoder import unit_rows
-from ambiqa.signatures.verification import SelfVerify, SelfVerifyStrict
+from ambiqa.signatures.verification import (
+    SelfVerify,
+    SelfVerifyEvidence,
+    SelfVerifyStrict,
+    parse_verdict,
+)
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 
 #: token Jaccard above which two DQs with the same answer count as one node
 NEAR_IDENTICAL = 0.8
 #: self-verification prompts: the paper's and its release's (AQ, passage, answer: could the
-#: answer be correct?) and a stricter one (the DQ must keep the AQ's scope, the passage must
-#: back the answer to the DQ)
-VERIFICATIONS = ("paper", "strict")
+#: answer be correct?); the same check answered as a quoted sentence then yes/no ("evidence",
+#: the encoding Diva's verifier needed with the 1.5B; an unreadable verdict keeps the node);
+#: and a stricter one (the DQ must keep the AQ's scope, the passage must back the answer to it)
+VERIFICATIONS = ("paper", "evidence", "strict")
+_VERIFIERS = {"paper": SelfVerify, "evidence": SelfVerifyEvidence, "strict": SelfVerifyStrict}
 
 
 @dataclass
@@ -134,8 +141,9 @@ class TreeOfClarifications(AmbiqaProgram):
        a row, the depth limit, or ``max_lm_calls`` LM calls (``stop_reason``).
     4. Deduplication of proposed pairs against every earlier node.
     5. Self-verification of each new node as it is created (the paper's prompt: AQ, the
-       answer-containing passage and the answer; ``verification="strict"`` adds the DQ and
-       asks for scope and support); pruned nodes are never expanded.
+       answer-containing passage and the answer; ``verification="evidence"`` asks the same
+       with a quoted sentence before a yes/no; ``"strict"`` adds the DQ and asks for scope
+       and support); pruned nodes are never expanded.
     6. The long answer from the kept nodes and their passages (pruning undone nearest the
        root when fewer than ``min_nodes`` survive); nothing found → no interpretation.
 
@@ -149,7 +157,7 @@ class TreeOfClarifications(AmbiqaProgram):
         max_depth, max_nodes, max_failed: the BFS limits (paper: 3, 10, 3).
         min_nodes: pruned nodes restored, nearest the root first, when fewer survive (ours).
         verify: False is the paper's "RAC+TS" ablation (no verification call).
-        verification: ``"paper"`` (default) or ``"strict"`` (see step 5).
+        verification: ``"paper"`` (default), ``"evidence"`` or ``"strict"`` (see step 5).
         max_lm_calls: cap on LM calls per question, the final answer included (the paper
             stays under 20; the release caps expansions at 15). Default 20.
         max_workers: sibling expansions run concurrently in batches of this size.
@@ -175,8 +183,7 @@ class TreeOfClarifications(AmbiqaProgram):
             verification=verification, max_lm_calls=max_lm_calls))
         self.encoder = encoder
         self.clarify = ClarifyStep()
-        self.self_verify = dspy.Predict(SelfVerify if verification == "paper"
-                                        else SelfVerifyStrict)
+        self.self_verify = dspy.Predict(_VERIFIERS.get(verification, SelfVerify))
         self.long_answer = LongAnswerStep()
 
     # ---- the algorithm ----------------------------------------------------------------------
@@ -313,7 +320,14 @@ class TreeOfClarifications(AmbiqaProgram):
             answer=node.answer, **extra), None)
         if pred is None:
             return True  # degraded judge: keep the node rather than prune blindly
-        return bool(pred.valid)
+        if self.verification != "evidence":
+            return bool(pred.valid)
+        verdict = parse_verdict(pred.verdict)
+        if verdict is None:  # an unreadable verdict abstains: keep the node, as above
+            record_event("toc", f"verification abstained: unreadable verdict "
+                                f"{str(pred.verdict)[:40]!r}")
+            return True
+        return verdict
 
     def _select(self, run: _Run) -> list[_Node]:
         """Valid nodes in BFS order; undo pruning nearest the root first if too few remain."""

@@ -56,8 +56,9 @@ OUTPUT_CAPS: dict[str, int] = {
     "PlanNextQuestion": 64,
     "NextReasoningStep": 96,
     "InterpretFromPassage": 128,
-    # a quoted evidence sentence, then yes/no (Diva's retrieval verifier)
+    # a quoted evidence sentence, then yes/no (Diva's retrieval verifier, ToC's "evidence")
     "VerifyRetrieval": 160,
+    "SelfVerifyEvidence": 160,
     # lists and paragraphs
     "PseudoInterpretations": 256,
     "ClarifyFromPassages": 384,

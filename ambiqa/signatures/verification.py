@@ -33,6 +33,24 @@ class SelfVerify(dspy.Signature):
         desc="True if the answer could be correct for the question, otherwise False")
 
 
+class SelfVerifyEvidence(dspy.Signature):
+    """Check one candidate reading of an ambiguous question before it is kept (the Tree of
+    Clarifications check, answered as evidence then a word).
+
+    You get the original question, the passage a proposed answer came from, and the answer.
+    First copy the sentence of the passage that mentions the answer, or write "none". Then
+    reply yes if, going by that sentence, the answer could be a correct answer to the original
+    question under some reading of it, and no if it answers something else or the passage
+    does not mention it."""
+
+    question: str = dspy.InputField(desc="the original, possibly ambiguous question")
+    passage: str = dspy.InputField(desc="the evidence passage the answer came from")
+    answer: str = dspy.InputField(desc="the short answer proposed")
+    evidence: str = dspy.OutputField(
+        desc="the passage sentence that mentions the answer, or none")
+    verdict: str = dspy.OutputField(desc='one word: "yes" or "no"')
+
+
 class SelfVerifyStrict(dspy.Signature):
     """Check one candidate reading of an ambiguous question before it is kept (a stricter
     check than the Tree of Clarifications paper's).

@@ -205,6 +205,29 @@ def test_strict_verification_is_an_option_that_also_sees_the_dq(use_lm):
     assert make(verification="strict").config()["verification"] == "strict"
 
 
+def test_evidence_verification_reads_a_word_after_a_quote_and_keeps_unreadable_nodes(use_lm):
+    """verification="evidence": the paper's inputs (no DQ), a quoted sentence then yes/no;
+    "no" prunes, an unreadable verdict abstains (the node is kept) and the trace says so."""
+
+    def judge(inputs):
+        answer = value(inputs, "answer")
+        verdict = "No." if "bad" in answer else ("perhaps" if "h" in answer else "**Yes**")
+        return {"evidence": "none", "verdict": verdict}
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "h"),
+                             "SelfVerifyEvidence": judge, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=4, max_depth=1, min_nodes=0, verification="evidence")(question=AQ)
+    verified = [inp for key, inp in lm.engine.calls if key == "SelfVerifyEvidence"]
+    assert len(verified) == 3 and lm.engine.count("SelfVerify") == 0
+    assert all(list(v)[:3] == ["question", "passage", "answer"] for v in verified)
+    assert all("interpretation" not in v for v in verified)
+    kept = {i["answer"] for i in out.interpretations}
+    assert kept == {"answer g6", "answer h6"}  # "no" pruned; "perhaps" abstained and kept
+    assert sum("verification abstained" in e for e in out.trace["events"]) == 1
+    with pytest.raises(ConfigError, match="verification must be one of"):
+        make(verification="lenient")
+
+
 def test_verify_false_makes_no_self_verify_call(use_lm):
     lm = use_lm(scripted_lm({"ClarifyFromPassages": branching("g", "bad", "h"),
                              "WriteLongAnswer": LONG}))
