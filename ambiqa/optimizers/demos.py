@@ -25,7 +25,9 @@ from ambiqa.signatures.common import QAPair
 from ambiqa.types import Interpretation, Passage
 
 
-def _gold_passages(ex: Any) -> list[Passage]:
+def gold_passages(ex: Any) -> list[Passage]:
+    """An example's annotated passages (ASQA ``gold_passages``, HotpotQA supporting contexts),
+    at most 5, as :class:`Passage` objects; empty texts dropped."""
     out = []
     supporting = [c for c in getattr(ex, "contexts", None) or []
                   if isinstance(c, dict) and c.get("is_supporting")]
@@ -58,7 +60,7 @@ def _cite(answer: str, passages: list[Passage]) -> int:
 
 
 def clarify_demo(ex: Any) -> dspy.Example | None:
-    passages, pairs = _gold_passages(ex), _pairs(ex)
+    passages, pairs = gold_passages(ex), _pairs(ex)
     if not passages or not pairs:
         return None
     return dspy.Example(
@@ -74,7 +76,7 @@ def long_answer_demo(ex: Any) -> dspy.Example | None:
     interps = [Interpretation(q, a) for q, a in pairs]
     return dspy.Example(
         question=ex.question, interpretations=format_pairs(interps),
-        passages=format_passages(_gold_passages(ex)), long_answer=str(longs[0]),
+        passages=format_passages(gold_passages(ex)), long_answer=str(longs[0]),
     ).with_inputs("question", "interpretations", "passages")
 
 
@@ -99,14 +101,14 @@ def short_answer_demo(ex: Any) -> dspy.Example | None:
     answer = _short_answer(ex)
     if answer is None:
         return None
-    return dspy.Example(question=ex.question, passages=format_passages(_gold_passages(ex)),
+    return dspy.Example(question=ex.question, passages=format_passages(gold_passages(ex)),
                         answer=answer).with_inputs("question", "passages")
 
 
 def memories_answer_demo(ex: Any) -> dspy.Example | None:
     from ambiqa.programs.resp import format_global, format_local
 
-    answer, passages = _short_answer(ex), _gold_passages(ex)
+    answer, passages = _short_answer(ex), gold_passages(ex)
     if answer is None or not passages:
         return None
     notes = [f"{p.title}: {p.text}" if p.title else p.text for p in passages]
