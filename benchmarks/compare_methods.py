@@ -85,7 +85,7 @@ PLAN: dict[str, Dataset] = {
     "asqa": Dataset(
         "asqa", "asqa:dev",
         {"closed_book": 60, "vanilla_rag": 60, "diva": 60, "query_refinement": 40,
-         "verdict": 40, "toc": 30, "toc-strict": 20},
+         "verdict": 40, "toc": 30, "toc-strict": 20, "diva-skip-none": 60},
         ASQA_METRICS, "dr",
         {"closed_book (GPT-4, closed book)": {"rouge-l": .390, "d-f1": .385, "dr": .387},
          "vanilla_rag (GPT-4)": {"rouge-l": .415, "d-f1": .396, "dr": .406},
@@ -94,11 +94,13 @@ PLAN: dict[str, Dataset] = {
          "diva (GPT-4)": {"rouge-l": .424, "d-f1": .420, "dr": .422}},
         "Diva Table 1 (ASQA dev, RoBERTa SQuAD2 reader, GPT-4) and ToC Table 1; VerDICt "
         "reports grounding metrics only, no ROUGE-L/D-F1", baseline="closed_book",
-        pairs=(("diva", "vanilla_rag"), ("toc-strict", "toc")),
+        pairs=(("diva", "vanilla_rag"), ("toc-strict", "toc"), ("diva-skip-none", "diva")),
         # toc-strict: issue 12 item 6 -- ToC with the stricter self-verification (same scope
-        # and passage support, the DQ added) against the paper's, paired on the first 20
-        configs={"toc-strict": {"verification": "strict"}},
-        variants={"toc-strict": "toc"}),
+        # and passage support, the DQ added) against the paper's, paired on the first 20;
+        # diva-skip-none: item 1 -- Diva skipping the rewrites when the typing says None
+        configs={"toc-strict": {"verification": "strict"},
+                 "diva-skip-none": {"skip_unambiguous": True}},
+        variants={"toc-strict": "toc", "diva-skip-none": "diva"}),
     "hotpotqa": Dataset(
         "hotpotqa", "hotpotqa:dev",
         {"closed_book": 60, "vanilla_rag": 60, "ircot": 60, "resp": 60}, SHORT_METRICS, "f1",
