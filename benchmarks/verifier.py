@@ -261,12 +261,12 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "```", "",
         "Diva's own pseudo-interpretations are scored in the section below (the votes of "
         "the ASQA evidence run, `--from-run`). Issue 12 items 1 and 6 are answered by the "
-        "evidence runs too (same model, retriever and questions, paired): Diva typed 1 of "
-        "its 60 ASQA dev questions None, so the optional skip on None changes at most one "
-        "question; ToC with the paper's and the strict self-verification ran on the first 20 "
-        "(`python benchmarks/compare_methods.py --datasets asqa --programs toc,toc-strict "
-        "--n 20`; BENCHMARKS.md's evidence section). Stand-alone versions of both "
-        "comparisons:", "", "```",
+        "evidence runs too (same model, retriever and questions, paired; BENCHMARKS.md's "
+        "evidence section): Diva typed 1 of its 60 ASQA dev questions None, so the optional "
+        "skip on None changes one question (`python benchmarks/compare_methods.py --datasets "
+        "asqa --programs diva-skip-none`); ToC with the paper's and the strict "
+        "self-verification ran on the first 20 (`--programs toc,toc-strict --n 20`). "
+        "Stand-alone versions of both comparisons:", "", "```",
         "python benchmarks/verifier.py --faithfulness --run   # prints and runs:",
         *("  " + shlex.join(c) for c in faithfulness_commands(
             "dense:wiki-dense", "embedded", 30, 20, "runs/faithfulness")),
