@@ -54,6 +54,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/rouge_splitter.md",
     "benchmarks/results/verifier.md",
     "benchmarks/results/verifier-evidence.md",
+    "benchmarks/results/toc-verifier/rows.md",
     "benchmarks/results/reader.md",
     "benchmarks/results/sections/compile.md",
     "benchmarks/results/faults.md",

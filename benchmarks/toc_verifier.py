@@ -128,16 +128,22 @@ def judge_question(ex: Any, programs: dict[str, Any], max_pairs: int) -> dict[st
                            "nodes": [{k: v for k, v in n.items() if k != "passage"}
                                      for n in nodes], "verdicts": {}, "cost": {}}
     for name, program in programs.items():
-        with track() as trace:
-            verdicts = []
-            for n in nodes:
-                node = _Node(id=1, parent=0, depth=1, question=n["dq"], answer=n["answer"],
-                             evidence=[n["passage"]])
+        verdicts, abstained, calls, out_tok, events = [], [], 0, 0, []
+        for n in nodes:
+            node = _Node(id=1, parent=0, depth=1, question=n["dq"], answer=n["answer"],
+                         evidence=[n["passage"]])
+            with track() as trace:
                 verdicts.append(program._verify_node(ex.question, node))
-        s = trace.summary()
+            s = trace.summary()
+            # kept without a verdict: the reply was unreadable or failed to parse
+            abstained.append(any("abstained" in e or "degraded" in e
+                                 for e in s.get("events", [])))
+            calls += s.get("lm_calls") or 0
+            out_tok += s.get("output_tokens") or 0
+            events += s.get("events", [])
         row["verdicts"][name] = verdicts
-        row["cost"][name] = {"lm_calls": s.get("lm_calls"), "output_tokens":
-                             s.get("output_tokens"), "events": s.get("events", [])}
+        row["abstained"] = {**row.get("abstained", {}), name: abstained}
+        row["cost"][name] = {"lm_calls": calls, "output_tokens": out_tok, "events": events}
     return row
 
 
@@ -145,20 +151,34 @@ def judge_question(ex: Any, programs: dict[str, Any], max_pairs: int) -> dict[st
 
 
 def stats(rows: list[dict[str, Any]], variant: str) -> dict[str, float]:
-    """Recall on positives, share of negatives kept, precision of "keep", abstentions."""
-    tp = fp = pos = neg = abstained = 0
+    """Recall on positives, share of negatives kept, precision of "keep" -- as the program
+    decides (an abstention keeps the node) and over the nodes with a read verdict only --
+    and the share of abstentions."""
+    c = dict.fromkeys(("tp", "fp", "pos", "neg", "ab", "tp_r", "fp_r", "pos_r", "neg_r"), 0)
     for r in rows:
-        abstained += sum("abstained" in e for e in r["cost"][variant]["events"])
-        for node, kept in zip(r["nodes"], r["verdicts"][variant], strict=True):
-            pos += node["silver"]
-            neg += not node["silver"]
-            tp += kept and node["silver"]
-            fp += kept and not node["silver"]
-    nan = float("nan")
-    return {"recall": tp / pos if pos else nan, "negatives_kept": fp / neg if neg else nan,
-            "precision": tp / (tp + fp) if tp + fp else nan,
-            "abstained": abstained / (pos + neg) if pos + neg else nan,
-            "positives": pos, "negatives": neg}
+        flags = r.get("abstained", {}).get(variant) or [False] * len(r["nodes"])
+        for node, kept, ab in zip(r["nodes"], r["verdicts"][variant], flags, strict=True):
+            gold = bool(node["silver"])
+            c["pos"] += gold
+            c["neg"] += not gold
+            c["tp"] += kept and gold
+            c["fp"] += kept and not gold
+            c["ab"] += ab
+            if not ab:
+                c["pos_r"] += gold
+                c["neg_r"] += not gold
+                c["tp_r"] += kept and gold
+                c["fp_r"] += kept and not gold
+
+    def ratio(a: int, b: int) -> float:
+        return a / b if b else float("nan")
+
+    return {"recall": ratio(c["tp"], c["pos"]), "negatives_kept": ratio(c["fp"], c["neg"]),
+            "precision": ratio(c["tp"], c["tp"] + c["fp"]),
+            "recall_read": ratio(c["tp_r"], c["pos_r"]),
+            "negatives_kept_read": ratio(c["fp_r"], c["neg_r"]),
+            "abstained": ratio(c["ab"], c["pos"] + c["neg"]),
+            "positives": c["pos"], "negatives": c["neg"]}
 
 
 def _f(x: float) -> str:
@@ -179,7 +199,8 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         + ("; Δ = second − first variant, paired." if len(variants) == 2 else "."), "",
         "| measure | " + " | ".join(variants) + (" | Δ |" if len(variants) == 2 else " |"),
         "|---|" + "---|" * (len(variants) + (len(variants) == 2))]
-    for key in ("recall", "negatives_kept", "precision", "abstained"):
+    for key in ("recall", "negatives_kept", "precision", "recall_read", "negatives_kept_read",
+                "abstained"):
         cells = []
         for v in variants:
             lo, hi = bootstrap(rows, lambda rs, v=v, key=key: stats(rs, v)[key])
@@ -197,10 +218,13 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     calls = {v: sum(r["cost"][v]["lm_calls"] or 0 for r in rows) for v in variants}
     out_tok = {v: sum(r["cost"][v]["output_tokens"] or 0 for r in rows) for v in variants}
     lines += ["", "LM calls / output tokens: " + "; ".join(
-        f"{v} {calls[v]} / {out_tok[v]}" for v in variants) + ".", "",
+        f"{v} {calls[v]} / {out_tok[v]}" for v in variants)
+        + " (calls served from DSPy's cache count no tokens).", "",
         "`recall`: positives kept; `negatives_kept`: negatives kept (lower is better); "
-        "`precision`: share of kept nodes that are positive; `abstained`: unreadable "
-        "verdicts (kept, as the program keeps them).", "",
+        "`precision`: share of kept nodes that are positive -- all three as the program "
+        "decides, an abstention keeping its node; `*_read`: the same over the nodes whose "
+        "verdict was read; `abstained`: nodes kept without a verdict (an unreadable reply, or "
+        "one that failed to parse, e.g. cut at the output cap).", "",
         "Command (resumable: rerun it to add questions):", "", "```",
         meta.get("command", ""), "```", ""]
     return "\n".join(lines)

@@ -46,6 +46,7 @@ def test_each_variant_judges_the_same_nodes_through_the_program(use_lm, benchmar
                 for v in ("paper", "evidence")}
     row = tv.judge_question(EX, programs, max_pairs=2)
     assert row["verdicts"] == {"paper": [False, False], "evidence": [True, False]}
+    assert row["abstained"] == {"paper": [False, False], "evidence": [False, False]}
     assert lm.engine.count("SelfVerify") == 2 and lm.engine.count("SelfVerifyEvidence") == 2
     json.dumps(row)  # a row is plain JSON (appended to the rows file)
     paper, evidence = tv.stats([row], "paper"), tv.stats([row], "evidence")
@@ -54,3 +55,16 @@ def test_each_variant_judges_the_same_nodes_through_the_program(use_lm, benchmar
     md = tv.render([row, row], {"data": "asqa:train:2", "lm": "scripted",
                                 "variants": ["paper", "evidence"], "command": "python x"})
     assert "| recall | 0.00" in md and "| Δ |" in md
+
+
+def test_an_unparsed_reply_keeps_its_node_and_counts_as_an_abstention(use_lm, benchmark_script):
+    tv = benchmark_script("toc_verifier")
+    use_lm(scripted_lm({"SelfVerifyEvidence": lambda inputs: {
+        "evidence": "-", "verdict": "maybe" if "Cammie" in inputs["answer"] else "no"}}))
+    row = tv.judge_question(EX, {"evidence": TreeOfClarifications(verification="evidence",
+                                                                  max_workers=1)}, 2)
+    assert row["verdicts"]["evidence"] == [True, False]  # "maybe" abstains: the node is kept
+    assert row["abstained"]["evidence"] == [True, False]
+    s = tv.stats([row], "evidence")
+    assert s["recall"] == 1.0 and s["abstained"] == 0.5
+    assert s["recall_read"] != s["recall_read"]  # no read verdict on a positive: NaN
