@@ -233,19 +233,6 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 # ---- driver ---------------------------------------------------------------------------------
 
 
-def load_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut by a killed run: the rows before it stand
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="asqa:train:15")
@@ -255,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--report", action="store_true", help="only render the Markdown")
     args = ap.parse_args(argv)
+    from verifier import load_rows  # rows file reader of benchmarks/verifier.py (same format)
+
     md_path = args.out.with_suffix(".md")
     meta_path = args.out.with_suffix(".meta.json")
 
