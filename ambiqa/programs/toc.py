@@ -183,7 +183,7 @@ class TreeOfClarifications(AmbiqaProgram):
             verification=verification, max_lm_calls=max_lm_calls))
         self.encoder = encoder
         self.clarify = ClarifyStep()
-        self.self_verify = dspy.Predict(_VERIFIERS.get(verification, SelfVerify))
+        self.self_verify = dspy.Predict(_VERIFIERS[verification])  # checked by ToCConfig
         self.long_answer = LongAnswerStep()
 
     # ---- the algorithm ----------------------------------------------------------------------
