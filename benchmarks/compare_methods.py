@@ -68,6 +68,9 @@ class Dataset:
     #: rows that run a program under another name with other settings (run name → program),
     #: e.g. a fix an error analysis chose; their settings are in ``configs``
     variants: dict[str, str] = field(default_factory=dict)
+    #: rows that evaluate an artifact (a path under ``--root``) instead of the bare program,
+    #: e.g. EoR with the voter weights ``--tune-eor`` fitted on training questions
+    artifacts: dict[str, str] = field(default_factory=dict)
 
     def program_of(self, name: str) -> str:
         """The program a plan row runs (a variant's name maps to its program)."""
@@ -79,6 +82,20 @@ class Dataset:
 
 
 SHORT_FORM = {"answer_form": "short"}
+
+#: EoR's voter weights (ω^s, ω^r, pooling) are fitted with ``ambiqa tune-eor`` on the member
+#: answers of the first ``EOR_TUNE_N`` questions of ``EOR_TUNE_DATA`` (a training split), run
+#: with the paper-default pool and default weights into ``TUNING_DIR/eor-webq-train``; the
+#: tuned artifact then answers the "eor" rows of NQ and WebQ. NQ has no training split here,
+#: so NQ's row uses the WebQ-tuned weights (a transfer; the paper tunes per data set).
+#: "eor-untuned" rows run the same pool with the default weights: the tuned row re-reads
+#: their member answers from the DSPy cache, so only the vote differs between the two.
+EOR_TUNE_DATA = "webq:train"
+EOR_TUNE_N = 100
+EOR_TUNE_TRIALS = 300
+TUNING_DIR = "tuning"  # training-split runs behind a tuned artifact, under --root
+EOR_TUNED = "compiled/eor-webq-tuned.json"
+EOR_ROWS = {"eor": EOR_TUNED}
 
 #: issue 16's plan: default 1.5B, the README's retriever, paper-default program settings.
 PLAN: dict[str, Dataset] = {
@@ -109,24 +126,28 @@ PLAN: dict[str, Dataset] = {
         pairs=(("resp", "ircot"),),
         configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
     "nq": Dataset(
-        "nq", "nq:oracle", {"closed_book": 60, "vanilla_rag": 60, "eor": 60},
+        "nq", "nq:oracle", {"closed_book": 60, "vanilla_rag": 60, "eor": 60, "eor-untuned": 60},
         SHORT_METRICS, "em",
         {"eor (ChatGPT)": {"em": .528}, "eor (Llama2-chat 7B)": {"em": .502}},
         "EoR Table 1 (NQ test split, 16 retrievers incl. web search)", baseline="closed_book",
-        pairs=(("eor", "vanilla_rag"),),
-        configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
+        pairs=(("eor", "vanilla_rag"), ("eor", "eor-untuned")),
+        configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM},
+        variants={"eor-untuned": "eor"}, artifacts=EOR_ROWS),
     # vanilla_rag-recall: the fix the error analysis of WebQ dev chose, tried on WebQ train
     # (benchmarks/results/webq-train-ab/): closed-book when the passages give no answer
     "webq": Dataset(
         "webq", "webq:dev",
-        {"closed_book": 60, "vanilla_rag": 60, "vanilla_rag-recall": 60, "eor": 60},
+        {"closed_book": 60, "vanilla_rag": 60, "vanilla_rag-recall": 60, "eor": 60,
+         "eor-untuned": 60},
         SHORT_METRICS, "em",
         {"eor (ChatGPT)": {"em": .506}, "eor (Llama2-chat 7B)": {"em": .462}},
         "EoR Table 1 (WebQ test split, 16 retrievers incl. web search)", baseline="closed_book",
-        pairs=(("eor", "vanilla_rag"), ("vanilla_rag-recall", "vanilla_rag")),
+        pairs=(("eor", "vanilla_rag"), ("eor", "eor-untuned"),
+               ("vanilla_rag-recall", "vanilla_rag")),
         configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM,
                  "vanilla_rag-recall": {**SHORT_FORM, "recall_fallback": True}},
-        variants={"vanilla_rag-recall": "vanilla_rag"}),
+        variants={"vanilla_rag-recall": "vanilla_rag", "eor-untuned": "eor"},
+        artifacts=EOR_ROWS),
 }
 
 #: "Does compiling help?" (issue 16): (program, teleprompter, dev questions). Compiled on the
@@ -164,9 +185,10 @@ COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
 # ---- run mode -----------------------------------------------------------------------------------
 def evaluate_argv(ds: Dataset, program: str, n: int, out: Path, *, lm: str | None,
                   index: str | None, threads: int, timeout_s: float | None,
-                  reader: str | None) -> list[str]:
-    """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand)."""
-    argv = ["evaluate", ds.program_of(program), "--data", f"{ds.data}:{n}",
+                  reader: str | None, target: str | None = None) -> list[str]:
+    """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand);
+    ``target`` replaces the program name (an artifact path)."""
+    argv = ["evaluate", target or ds.program_of(program), "--data", f"{ds.data}:{n}",
             "--metrics", ",".join(ds.metrics), "--out", str(out), "--threads", str(threads)]
     if ds.configs.get(program):
         argv += ["--program-config", json.dumps(ds.configs[program], sort_keys=True)]
@@ -203,8 +225,18 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
             if programs and program not in programs:
                 continue
             out = root / ds.key / program
+            target = None
+            if program in ds.artifacts:
+                target = str(root / ds.artifacts[program])
+                if not Path(target).is_file():
+                    log(f"  skipped {key}/{program}: {target} does not exist yet (for eor: "
+                        "python benchmarks/compare_methods.py --tune-eor)")
+                    statuses.append({"dataset": key, "program": program, "ok": False,
+                                     "error": f"missing artifact {target}"})
+                    continue
             argv = evaluate_argv(ds, program, n or ds.programs[program], out, lm=lm, index=index,
-                                 threads=threads, timeout_s=timeout_s, reader=reader)
+                                 threads=threads, timeout_s=timeout_s, reader=reader,
+                                 target=target)
             if (out / "run.json").exists():
                 argv.append("--resume")
             log("ambiqa " + " ".join(argv))
@@ -276,6 +308,44 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
     return statuses
 
 
+def run_eor_tuning(root: Path, *, lm: str | None, index: str | None, threads: int = 2,
+                   n: int = EOR_TUNE_N, trials: int = EOR_TUNE_TRIALS, progress: bool = True,
+                   lm_object: Any = None, retriever: Any = None,
+                   log: Any = print) -> dict[str, Any]:
+    """Fit EoR's voter weights on training questions (issue 16's "tune-eor on >= 100 WebQ
+    train questions"): evaluate eor with the default weights on the first ``n`` questions of
+    :data:`EOR_TUNE_DATA` into ``root/tuning/eor-webq-train`` (resumed), then run
+    ``ambiqa tune-eor`` on those member answers, writing :data:`EOR_TUNED` and the weight
+    report beside the run. The WebQ dev "eor-untuned" run, when it exists, is passed as the
+    dev cache so the report shows default vs tuned on dev as well (the weights never see it).
+    """
+    from ambiqa.cli import build_parser
+    from ambiqa.cli.eval_cmds import evaluate_from_args
+    from ambiqa.cli.optimize_cmds import cmd_tune_eor
+
+    parser = build_parser()
+    ds = Dataset("webq-train", EOR_TUNE_DATA, {"eor": n}, SHORT_METRICS, "em", {}, "")
+    out = root / TUNING_DIR / "eor-webq-train"
+    argv = evaluate_argv(ds, "eor", n, out, lm=lm, index=index, threads=threads,
+                         timeout_s=None, reader=None)
+    if (out / "run.json").exists():
+        argv.append("--resume")
+    log("ambiqa " + " ".join(argv))
+    summary, _ = evaluate_from_args(parser.parse_args(argv), lm=lm_object, retriever=retriever,
+                                    progress=progress)
+    artifact = root / EOR_TUNED
+    tune = ["tune-eor", str(out / "results.jsonl"), "--trials", str(trials),
+            "--artifact", str(artifact), "--out", str(out.parent / "eor-weights.json"),
+            "--plot", str(out.parent / "eor-weights.png")]
+    dev = root / "webq" / "eor-untuned" / "results.jsonl"
+    if dev.is_file():
+        tune += ["--dev-cache", str(dev)]
+    log("ambiqa " + " ".join(tune))
+    cmd_tune_eor(parser.parse_args(tune))
+    return {"tuning_run": str(out), "n": summary["n"], "errors": summary["n_errors"],
+            "artifact": str(artifact)}
+
+
 # ---- report mode --------------------------------------------------------------------------------
 def _fmt(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -290,7 +360,8 @@ def collect(root: Path) -> dict[str, list[Any]]:
     found: dict[str, list[Any]] = {}
     if not root.is_dir():
         return found
-    for ds_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != COMPILED_DIR):
+    skip = {COMPILED_DIR, TUNING_DIR, "compiled"}
+    for ds_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in skip):
         runs = []
         for run_dir in sorted(p for p in ds_dir.iterdir() if p.is_dir()):
             if not (run_dir / "run.json").is_file() and not (
@@ -307,7 +378,7 @@ def collect(root: Path) -> dict[str, list[Any]]:
 
 def row_name(plan: Dataset | None, run: Any) -> str:
     """A run's name in the tables: its program, or the plan variant its directory is."""
-    if plan and run.path.name in plan.variants:
+    if plan and (run.path.name in plan.variants or run.path.name in plan.artifacts):
         return run.path.name
     return run.spec.program
 
@@ -371,6 +442,7 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
     if any_failed:
         lines += ["", "(excl. failed: the value over the questions that did not fail.)"]
     lines += paired_lines(plan, ordered, metrics)
+    lines += consistency_lines(plan, ordered)
     if "dr" in metrics:
         lines += dr_before_after(ordered, plan)
     if plan and plan.paper:
@@ -421,6 +493,36 @@ def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> l
             n_shared = max(n_shared, p["n_shared"])
             cells.append(_delta_cell(p))
         lines.append(f"| {a} | {b} | {n_shared} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def consistency_lines(plan: Dataset | None, runs: list[Any]) -> list[str]:
+    """EoR's retriever-consistency figures (eq. 1-3) for every run that holds pool-member
+    answers: each member's EM, MRWR and MRLR, with the ensemble's voted answer as one more
+    system in the same matrix."""
+    from ambiqa.evaluation.report import golds_for, member_consistency
+
+    lines: list[str] = []
+    for run in runs:
+        if not any(isinstance((r.get("prediction") or {}).get("member_answers"), dict)
+                   for r in run.rows):
+            continue
+        golds, why = golds_for(run.rows, run.spec, None)
+        cons = member_consistency(run.rows, golds, voted="EoR (voted)")
+        name = row_name(plan, run)
+        if cons is None:
+            lines += ["", f"No retriever consistency for {name}: "
+                      + (why or "fewer than two members or no gold answers")]
+            continue
+        lines += ["", f"Retriever consistency of {name} (EoR eq. 1-3) over {cons['n']} "
+                  "questions: a system is right when its answer exactly matches a gold answer; "
+                  "MRWR = how often it is right where another is wrong (higher is better), "
+                  "MRLR = how often another is right where it is wrong (lower is better); "
+                  "the voted answer is one of the systems.", "",
+                  "| system | em | MRWR | MRLR |", "|---|---:|---:|---:|"]
+        for sys_name in cons["systems"]:
+            lines.append(f"| {sys_name} | {_fmt(cons['accuracy'][sys_name])} | "
+                         f"{_fmt(cons['mrwr'][sys_name])} | {_fmt(cons['mrlr'][sys_name])} |")
     return lines
 
 
@@ -628,6 +730,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", default=None, help="only these programs")
     ap.add_argument("--compile", action="store_true",
                     help="run the compile comparison (COMPILE_PLAN) instead of the plan")
+    ap.add_argument("--tune-eor", action="store_true",
+                    help=f"fit EoR's voter weights: eor on {EOR_TUNE_DATA} (default weights, "
+                    f"resumed) then `ambiqa tune-eor`, writing ROOT/{EOR_TUNED}")
+    ap.add_argument("--tune-n", type=int, default=EOR_TUNE_N,
+                    help=f"with --tune-eor: training questions (default {EOR_TUNE_N})")
+    ap.add_argument("--tune-trials", type=int, default=EOR_TUNE_TRIALS,
+                    help=f"with --tune-eor: Optuna trials (default {EOR_TUNE_TRIALS})")
     ap.add_argument("--compiled", default=None,
                     help="with --compile: only these, e.g. vanilla_rag-labeled,diva-knn")
     ap.add_argument("--n", type=int, default=None,
@@ -642,7 +751,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reader", default=None)
     args = ap.parse_args(argv)
     try:
-        if args.compile and not args.report_only:
+        if args.tune_eor and not args.report_only:
+            print(json.dumps(run_eor_tuning(args.root, lm=args.lm, index=args.index,
+                                            threads=args.threads, n=args.tune_n,
+                                            trials=args.tune_trials), indent=2))
+        elif args.compile and not args.report_only:
             only = ([c.strip() for c in args.compiled.split(",") if c.strip()]
                     if args.compiled else None)
             known = {f"{p}-{o}" for p, o, _ in COMPILE_PLAN}

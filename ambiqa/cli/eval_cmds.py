@@ -104,7 +104,11 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
         configure(lm)
     reader = reader_from_args(args)
     metrics = metric_fns(names, reader)
-    if retriever is not None and not _is_artifact(args.target):
+    if retriever is not None and _is_artifact(args.target):
+        from ambiqa.optimizers.artifact import load_artifact
+
+        program = load_artifact(args.target, retriever=retriever)
+    elif retriever is not None:
         program = build_program(args.target, retriever=retriever, **config)
     else:
         program = program_or_artifact(args, args.target)

@@ -124,13 +124,16 @@ def run_summary(rows: list[dict[str, Any]], spec: RunSpec | None,
     return {"run": spec.to_dict() if spec else {}, **base}
 
 
-def member_consistency(rows: list[dict[str, Any]], golds: dict[str, list[str]]
-                       ) -> dict[str, Any] | None:
+def member_consistency(rows: list[dict[str, Any]], golds: dict[str, list[str]], *,
+                       voted: str | None = None) -> dict[str, Any] | None:
     """RWR / MRWR / MRLR across an EoR pool (EoR eq. 1-3), from the rows' member answers.
 
     A member that failed or was ignored on a question has no answer there and counts as
     wrong. Correctness is exact match against the question's gold answers, as EoR scores NQ,
     TriviaQA and WebQ. Needs at least two members and one question with gold answers.
+    ``voted`` names a further system, the ensemble's own answer (``prediction["answer"]``),
+    so its win and loss ratios against every member sit in the same matrix (the paper's
+    point: the ensemble loses less often to any single retriever).
     """
     from ambiqa.evaluation import metrics as m
 
@@ -146,6 +149,9 @@ def member_consistency(rows: list[dict[str, Any]], golds: dict[str, list[str]]
         return None
     answers = {s: [str(r["prediction"]["member_answers"].get(s, "") or "") for r in use]
                for s in members}
+    if voted:
+        members.append(voted)
+        answers[voted] = [str(r["prediction"].get("answer") or "") for r in use]
     gold = [golds[str(r["id"])] for r in use]
     rwr = m.rwr_matrix(answers, gold)
     accuracy = {s: _mean([m.exact_match(a, g) if a else 0.0
@@ -154,7 +160,7 @@ def member_consistency(rows: list[dict[str, Any]], golds: dict[str, list[str]]
             "mrwr": m.mrwr(rwr), "mrlr": m.mrlr(rwr), "accuracy": accuracy}
 
 
-def _golds_for(rows: list[dict[str, Any]], spec: RunSpec | None,
+def golds_for(rows: list[dict[str, Any]], spec: RunSpec | None,
                examples: list[Any] | None) -> tuple[dict[str, list[str]], str | None]:
     """Gold answers by example id, from the given examples or by reloading the run's data."""
     from ambiqa.evaluation.registry import gold_answers_of
@@ -289,7 +295,7 @@ def write_run_report(run_dir: str | Path, *, rows: list[dict[str, Any]] | None =
     notes: list[str] = []
     consistency = None
     if any(isinstance((r.get("prediction") or {}).get("member_answers"), dict) for r in rows):
-        golds, why = _golds_for(rows, spec, examples)
+        golds, why = golds_for(rows, spec, examples)
         consistency = member_consistency(rows, golds)
         if consistency is None:
             notes.append("no per-member consistency: " + (why or "fewer than two members "

@@ -503,3 +503,50 @@ def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_dat
     assert "| vanilla_rag-recall | webq:dev:2 | 2 | 0 |" in text
     assert "| vanilla_rag-recall | vanilla_rag | 2 |" in text
     assert "| vanilla_rag-recall | closed_book | 2 |" in text
+
+
+def test_eor_rows_use_weights_tuned_on_training_questions(tmp_path, shared_data, use_lm,
+                                                          benchmark_script, monkeypatch):
+    """The plan's "eor" rows evaluate the artifact ``--tune-eor`` fits on WebQ *train*
+    member answers; before it exists they are skipped with the command to make it, and the
+    untuned row runs the same pool with the default weights. The tables carry EoR's
+    retriever-consistency figures with the voted answer as one of the systems."""
+    from ambiqa.retrieval import encoder as enc_mod
+    from ambiqa.retrieval.base import InMemoryRetriever
+    from ambiqa.testing import HashEncoder
+    from ambiqa.types import Passage
+
+    monkeypatch.setitem(enc_mod._CACHE, "minilm", HashEncoder())  # no model load
+    cm = benchmark_script("compare_methods")
+    assert cm.PLAN["webq"].program_of("eor-untuned") == "eor"
+    assert cm.PLAN["nq"].artifacts["eor"] == cm.EOR_TUNED == cm.PLAN["webq"].artifacts["eor"]
+    assert cm.EOR_TUNE_DATA.endswith(":train") and cm.EOR_TUNE_N >= 100
+
+    def short(inp):
+        return {"answer": "Paris" if "Paris" in str(inp.get("passages", "")) else "Lyon"}
+
+    lm = use_lm(scripted_lm({"ShortAnswer": short,
+                             "BackgroundDocument": {"background": "France is in Europe."}}))
+    retriever = InMemoryRetriever([Passage("p1", "France", "Paris is the capital of France.")])
+    root = tmp_path / "evidence"
+    logs: list[str] = []
+    kw = dict(lm=None, index="memory:test", lm_object=lm, retriever=retriever, progress=False,
+              log=logs.append)
+    st = cm.run_plan(["webq"], ["eor", "eor-untuned"], 2, root, **kw)
+    assert [(s["program"], s["ok"]) for s in st] == [("eor", False), ("eor-untuned", True)]
+    assert any("--tune-eor" in line for line in logs)
+    out = cm.run_eor_tuning(root, n=3, trials=5, **kw)
+    artifact = root / cm.EOR_TUNED
+    assert out["n"] == 3 and artifact.is_file()
+    train = json.loads((root / "tuning" / "eor-webq-train" / "run.json").read_text())
+    assert train["data"] == "webq:train:3"
+    report = json.loads((root / "tuning" / "eor-weights.json").read_text())
+    assert report["data"].startswith("webq:train") and report["dev"]["n"] == 2
+    st = cm.run_plan(["webq"], ["eor"], 2, root, **kw)
+    assert st[0]["ok"] is True, (st, logs[-3:])
+    meta = json.loads((root / "webq" / "eor" / "run.json").read_text())
+    assert meta["program"].endswith("eor-webq-tuned.json")
+    text = cm.write_tables(root).read_text()
+    assert "| eor | webq:dev:2 | 2 | 0 |" in text and "| eor | eor-untuned | 2 |" in text
+    assert "Retriever consistency of eor-untuned" in text and "| EoR (voted) |" in text
+    assert "## tuning" not in text  # the training-split run is not a table of its own

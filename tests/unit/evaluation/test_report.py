@@ -47,6 +47,20 @@ def test_member_consistency_hand_computed():
     assert member_consistency(EOR_ROWS[:1], {}) is None  # no golds: nothing to say
 
 
+def test_member_consistency_can_add_the_voted_answer_as_a_system():
+    rows = [dict(r, prediction={**r["prediction"], "answer": ans})
+            for r, ans in zip(EOR_ROWS, ["a", "x", "c", "d"], strict=True)]
+    cons = member_consistency(rows, GOLDS, voted="EoR")
+    assert cons["systems"] == ["Wiki@10", "BM25@5", "ReFree", "EoR"]
+    assert cons["accuracy"]["EoR"] == pytest.approx(0.75)
+    # EoR is wrong only on q1, where Wiki@10 and ReFree are right and BM25@5 is wrong
+    assert cons["rwr"]["Wiki@10"]["EoR"] == 1.0 and cons["rwr"]["BM25@5"]["EoR"] == 0.0
+    # Wiki@10 is wrong on q2 and q3, EoR right on both
+    assert cons["rwr"]["EoR"]["Wiki@10"] == 1.0
+    # the members' own accuracies do not move
+    assert cons["accuracy"]["BM25@5"] == pytest.approx(.25)
+
+
 def _write_run(d, rows, spec):
     d.mkdir(parents=True, exist_ok=True)
     (d / "run.json").write_text(json.dumps(spec))
