@@ -500,12 +500,11 @@ def consistency_lines(plan: Dataset | None, runs: list[Any]) -> list[str]:
     """EoR's retriever-consistency figures (eq. 1-3) for every run that holds pool-member
     answers: each member's EM, MRWR and MRLR, with the ensemble's voted answer as one more
     system in the same matrix."""
-    from ambiqa.evaluation.report import golds_for, member_consistency
+    from ambiqa.evaluation.report import golds_for, has_member_answers, member_consistency
 
     lines: list[str] = []
     for run in runs:
-        if not any(isinstance((r.get("prediction") or {}).get("member_answers"), dict)
-                   for r in run.rows):
+        if not has_member_answers(run.rows):
             continue
         golds, why = golds_for(run.rows, run.spec, None)
         cons = member_consistency(run.rows, golds, voted="EoR (voted)")

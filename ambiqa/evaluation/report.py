@@ -160,6 +160,12 @@ def member_consistency(rows: list[dict[str, Any]], golds: dict[str, list[str]], 
             "mrwr": m.mrwr(rwr), "mrlr": m.mrlr(rwr), "accuracy": accuracy}
 
 
+def has_member_answers(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row holds per-member answers (an EoR run), i.e. consistency applies."""
+    return any(isinstance((r.get("prediction") or {}).get("member_answers"), dict)
+               for r in rows)
+
+
 def golds_for(rows: list[dict[str, Any]], spec: RunSpec | None,
                examples: list[Any] | None) -> tuple[dict[str, list[str]], str | None]:
     """Gold answers by example id, from the given examples or by reloading the run's data."""
@@ -294,7 +300,7 @@ def write_run_report(run_dir: str | Path, *, rows: list[dict[str, Any]] | None =
         names = Run(run_dir, spec, rows).metric_names
     notes: list[str] = []
     consistency = None
-    if any(isinstance((r.get("prediction") or {}).get("member_answers"), dict) for r in rows):
+    if has_member_answers(rows):
         golds, why = golds_for(rows, spec, examples)
         consistency = member_consistency(rows, golds)
         if consistency is None:
