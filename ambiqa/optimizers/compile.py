@@ -46,7 +46,7 @@ from typing import Any
 
 import dspy
 
-from ambiqa.errors import ConfigError
+from ambiqa.errors import AmbiqaError, ConfigError, ModelError
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.demos import labeled_demos
 from ambiqa.optimizers.recipes import TELEPROMPTERS, check_teleprompter, split_train
@@ -154,13 +154,18 @@ def fill_missing_demos(compiled: dspy.Module, teacher: dspy.Module) -> None:
 def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int, seed: int,
               threshold: float | None = None, max_rounds: int = 1,
               budget: Budget | None = None, pools: dict[str, list[Any]] | None = None,
-              fill: bool = True) -> dspy.Module:
-    """BootstrapFewShot with a gold-demo teacher, shuffled by ``seed``, budget-aware."""
+              fill: bool = True, teacher_k: int | None = None) -> dspy.Module:
+    """BootstrapFewShot with a gold-demo teacher, shuffled by ``seed``, budget-aware.
+
+    ``k`` traces are kept per predictor; the teacher that makes them shows ``teacher_k``
+    gold demos per call (default ``k``). knn collects a larger pool than it shows, and a
+    teacher showing the whole pool would not fit a small model's context.
+    """
     if metric is None:
         raise ConfigError("bootstrapping needs a metric (e.g. --metric d-f1)")
     pools = labeled_demos(trainset) if pools is None else pools
     teacher = program.deepcopy()
-    apply_labeled(teacher, pools, k, seed)
+    apply_labeled(teacher, pools, k if teacher_k is None else teacher_k, seed)
 
     def passes(example, pred, trace=None):
         score = metric(example, pred, trace)
@@ -173,11 +178,29 @@ def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int,
     if budget is not None:
         shuffled = budget.iterate(shuffled)
     names = _signature_names(program)
-    compiled = tp.compile(program.deepcopy(), teacher=teacher, trainset=shuffled)
+    try:
+        compiled = tp.compile(program.deepcopy(), teacher=teacher, trainset=shuffled)
+    except (AmbiqaError, BudgetExhausted):
+        raise
+    except Exception as exc:  # DSPy re-raises once too many training examples failed
+        raise _bootstrap_error(exc, k) from exc
     _restore_signature_names(compiled, names)
     if fill:
         fill_missing_demos(compiled, teacher)
     return compiled
+
+
+def _bootstrap_error(exc: Exception, k: int) -> ModelError:
+    """What to tell a user whose bootstrap stopped on repeated LM errors."""
+    text = str(exc)
+    if "context" in text.lower():
+        hint = (f"the prompts with {k} demo(s) per call do not fit the LM's context: lower "
+                "--k (and --knn-pool), or use a model with a longer context")
+    else:
+        hint = ("check the LM with `ambiqa doctor` or `ambiqa ask`, then rerun; --max-lm-calls "
+                "bounds a compile")
+    return ModelError(f"bootstrapping stopped: the LM failed on too many training examples "
+                      f"(last error: {text[:300]})", hint=hint)
 
 
 def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str = "bootstrap",
@@ -241,7 +264,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             if safe is not None and not knn_gold_only:
                 compiled = bootstrap(program, trainset, safe, k=knn_pool, seed=seed,
                                      threshold=threshold, max_rounds=max_rounds, budget=budget,
-                                     pools=pools, fill=False)
+                                     pools=pools, fill=False, teacher_k=k)
             else:
                 compiled = program.deepcopy()
                 for _, p in compiled.named_predictors():

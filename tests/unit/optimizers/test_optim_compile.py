@@ -145,6 +145,33 @@ def test_knn_picks_nearest_demos_per_question_and_survives_an_artifact(
     assert isinstance(p, KNNPredict) and p.knn_k == 1 and len(p.demos) == len(clarify.demos)
 
 
+def test_knn_bootstrap_teacher_shows_k_gold_demos_not_the_whole_pool(use_lm, demo_retriever):
+    """The pool size is how many traces to collect; the teacher that makes them shows k gold
+    demos per call like any bootstrap. Showing the whole pool (8 long ASQA demos) overflowed
+    the 1.5B's 4k context on every training question."""
+    lm = use_lm(vanilla_rag_lm())
+    compile_program(VanillaRAG(demo_retriever, k=2), load_dataset("demo:train"),
+                    optimizer="knn", metric=dspy_metric("str-em"), k=1, knn_pool=4,
+                    knn_encoder=HashEncoder())
+    first = lm.history[0]["messages"]
+    # system, one demo (user + assistant), the request
+    assert len(first) == 4
+
+
+def test_bootstrap_that_fails_on_every_example_is_a_clear_error(use_lm, demo_retriever):
+    """DSPy's BootstrapFewShot re-raises after too many failed examples; the user gets an
+    AmbiqaError naming the cause and what to change, not a traceback from inside DSPy."""
+    from ambiqa.errors import ModelError
+
+    overflow = RuntimeError("request (6115 tokens) exceeds the available context size (4096 "
+                            "tokens)")
+    use_lm(scripted_lm({"ClarifyFromPassages": overflow, "WriteLongAnswer": overflow}))
+    with pytest.raises(ModelError, match="context") as info:
+        compile_program(VanillaRAG(demo_retriever, k=2), load_dataset("demo:train"),
+                        optimizer="bootstrap", metric=dspy_metric("str-em"), k=2)
+    assert "--k" in (info.value.hint or "")
+
+
 def test_knn_gold_only_pools_the_labelled_demos_without_an_lm_call(use_lm, demo_retriever):
     """ToC's set-up: exemplars are labelled training questions, picked by similarity; no
     bootstrap, so compiling costs no LM call even when a metric is given."""
