@@ -83,18 +83,47 @@ class Dataset:
 
 SHORT_FORM = {"answer_form": "short"}
 
-#: EoR's voter weights (ω^s, ω^r, pooling) are fitted with ``ambiqa tune-eor`` on the member
-#: answers of the first ``EOR_TUNE_N`` questions of ``EOR_TUNE_DATA`` (a training split), run
-#: with the paper-default pool and default weights into ``TUNING_DIR/eor-webq-train``; the
-#: tuned artifact then answers the "eor" rows of NQ and WebQ. NQ has no training split here,
-#: so NQ's row uses the WebQ-tuned weights (a transfer; the paper tunes per data set).
-#: "eor-untuned" rows run the same pool with the default weights: the tuned row re-reads
-#: their member answers from the DSPy cache, so only the vote differs between the two.
-EOR_TUNE_DATA = "webq:train"
-EOR_TUNE_N = 100
+@dataclass(frozen=True)
+class EorTuning:
+    """One fit of EoR's voter weights (ω^s, ω^r, pooling) with ``ambiqa tune-eor``: eor with
+    the default weights on ``n`` questions of ``data`` (from question ``start``, counted from
+    1), run into ``TUNING_DIR/{name}``, the weights written to the artifact ``artifact``."""
+
+    name: str
+    data: str
+    n: int
+    artifact: str
+    #: the plan row (``dataset/run``) whose member answers are the dev cache of the report
+    dev_run: str
+    #: first question (from 1): > 1 names questions after the table's first N, i.e. questions
+    #: of an evaluation split held out from the rows it scores (``--allow-eval-splits``)
+    start: int = 1
+
+    def spec(self, n: int | None = None) -> str:
+        """The data spec of the tuning questions (``n`` overrides how many)."""
+        n = n or self.n
+        return f"{self.data}:{n}" if self.start == 1 else \
+            f"{self.data}:{self.start}-{self.start + n - 1}"
+
+
+#: EoR's voter weights are fitted per tuning below, and tuned artifacts answer the plan's
+#: "eor" rows. The plan (issue 16): weights tuned on >= 100 WebQ **train** questions answer
+#: both WebQ and NQ -- NQ has no training split here, so NQ's "eor" row is a transfer (the
+#: paper tunes per data set). "nq-heldout" is the fix the NQ miss called for: weights fitted
+#: on NQ oracle questions 61-160, disjoint from the first 60 the table scores (tune-eor
+#: refuses shared ids) but from NQ's evaluation split, so its artifact carries the data
+#: guard's warning; it answers the "eor-nq-heldout" row. "eor-untuned" rows run the same
+#: pool with the default weights: a tuned row re-reads their member answers from the DSPy
+#: cache, so only the vote differs (and its cost columns show cache hits, not real cost).
+EOR_TUNINGS: dict[str, EorTuning] = {
+    "webq-train": EorTuning("eor-webq-train", "webq:train", 100,
+                            "compiled/eor-webq-tuned.json", "webq/eor-untuned"),
+    "nq-heldout": EorTuning("eor-nq-heldout", "nq:oracle", 100,
+                            "compiled/eor-nq-heldout.json", "nq/eor-untuned", start=61),
+}
 EOR_TUNE_TRIALS = 2000  # as the README's example; trials re-score cached answers (no LM call)
-TUNING_DIR = "tuning"  # training-split runs behind a tuned artifact, under --root
-EOR_TUNED = "compiled/eor-webq-tuned.json"
+TUNING_DIR = "tuning"  # the runs behind a tuned artifact, under --root
+EOR_TUNED = EOR_TUNINGS["webq-train"].artifact
 EOR_ROWS = {"eor": EOR_TUNED}
 
 #: issue 16's plan: default 1.5B, the README's retriever, paper-default program settings.
@@ -126,13 +155,16 @@ PLAN: dict[str, Dataset] = {
         pairs=(("resp", "ircot"),),
         configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM}),
     "nq": Dataset(
-        "nq", "nq:oracle", {"closed_book": 60, "vanilla_rag": 60, "eor": 60, "eor-untuned": 60},
+        "nq", "nq:oracle", {"closed_book": 60, "vanilla_rag": 60, "eor": 60, "eor-untuned": 60,
+                            "eor-nq-heldout": 60},
         SHORT_METRICS, "em",
         {"eor (ChatGPT)": {"em": .528}, "eor (Llama2-chat 7B)": {"em": .502}},
         "EoR Table 1 (NQ test split, 16 retrievers incl. web search)", baseline="closed_book",
-        pairs=(("eor", "vanilla_rag"), ("eor", "eor-untuned"), ("eor-untuned", "vanilla_rag")),
+        pairs=(("eor", "vanilla_rag"), ("eor", "eor-untuned"), ("eor-untuned", "vanilla_rag"),
+               ("eor-nq-heldout", "vanilla_rag"), ("eor-nq-heldout", "eor-untuned")),
         configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM},
-        variants={"eor-untuned": "eor"}, artifacts=EOR_ROWS),
+        variants={"eor-untuned": "eor", "eor-nq-heldout": "eor"},
+        artifacts={**EOR_ROWS, "eor-nq-heldout": EOR_TUNINGS["nq-heldout"].artifact}),
     # vanilla_rag-recall: the fix the error analysis of WebQ dev chose, tried on WebQ train
     # (benchmarks/results/webq-train-ab/): closed-book when the passages give no answer
     "webq": Dataset(
@@ -185,10 +217,11 @@ COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
 # ---- run mode -----------------------------------------------------------------------------------
 def evaluate_argv(ds: Dataset, program: str, n: int, out: Path, *, lm: str | None,
                   index: str | None, threads: int, timeout_s: float | None,
-                  reader: str | None, target: str | None = None) -> list[str]:
+                  reader: str | None, target: str | None = None,
+                  data: str | None = None) -> list[str]:
     """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand);
-    ``target`` replaces the program name (an artifact path)."""
-    argv = ["evaluate", target or ds.program_of(program), "--data", f"{ds.data}:{n}",
+    ``target`` replaces the program name (an artifact path), ``data`` the data spec."""
+    argv = ["evaluate", target or ds.program_of(program), "--data", data or f"{ds.data}:{n}",
             "--metrics", ",".join(ds.metrics), "--out", str(out), "--threads", str(threads)]
     if ds.configs.get(program):
         argv += ["--program-config", json.dumps(ds.configs[program], sort_keys=True)]
@@ -229,8 +262,11 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
             if program in ds.artifacts:
                 target = str(root / ds.artifacts[program])
                 if not Path(target).is_file():
-                    log(f"  skipped {key}/{program}: {target} does not exist yet (for eor: "
-                        "python benchmarks/compare_methods.py --tune-eor)")
+                    made_by = [k for k, t in EOR_TUNINGS.items()
+                               if t.artifact == ds.artifacts[program]]
+                    how = (f" (python benchmarks/compare_methods.py --tune-eor {made_by[0]})"
+                           if made_by else "")
+                    log(f"  skipped {key}/{program}: {target} does not exist yet{how}")
                     statuses.append({"dataset": key, "program": program, "ok": False,
                                      "error": f"missing artifact {target}"})
                     continue
@@ -309,35 +345,43 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
 
 
 def run_eor_tuning(root: Path, *, lm: str | None, index: str | None, threads: int = 2,
-                   n: int = EOR_TUNE_N, trials: int = EOR_TUNE_TRIALS, progress: bool = True,
+                   tuning: str = "webq-train", n: int | None = None,
+                   trials: int = EOR_TUNE_TRIALS, progress: bool = True,
                    lm_object: Any = None, retriever: Any = None,
                    log: Any = print) -> dict[str, Any]:
-    """Fit EoR's voter weights on training questions (issue 16's "tune-eor on >= 100 WebQ
-    train questions"): evaluate eor with the default weights on the first ``n`` questions of
-    :data:`EOR_TUNE_DATA` into ``root/tuning/eor-webq-train`` (resumed), then run
-    ``ambiqa tune-eor`` on those member answers, writing :data:`EOR_TUNED` and the weight
-    report beside the run. The WebQ dev "eor-untuned" run, when it exists, is passed as the
-    dev cache so the report shows default vs tuned on dev as well (the weights never see it).
+    """Fit EoR's voter weights as :data:`EOR_TUNINGS` ``[tuning]`` says (the plan's is
+    "tune-eor on >= 100 WebQ train questions"): evaluate eor with the default weights on its
+    questions into ``root/tuning/{name}`` (resumed), then run ``ambiqa tune-eor`` on those
+    member answers, writing the tuned artifact and the weight report
+    (``root/tuning/{name}-weights.{json,png}``). The plan row named by ``dev_run``, when it
+    exists, is passed as the dev cache so the report shows default vs tuned on dev as well
+    (the weights never see it; tune-eor refuses question ids the two share).
     """
     from ambiqa.cli import build_parser
     from ambiqa.cli.eval_cmds import evaluate_from_args
     from ambiqa.cli.optimize_cmds import cmd_tune_eor
 
+    if tuning not in EOR_TUNINGS:
+        raise ConfigError(f"unknown EoR tuning {tuning!r}",
+                          hint=f"choose from {', '.join(EOR_TUNINGS)}")
+    spec = EOR_TUNINGS[tuning]
     parser = build_parser()
-    ds = Dataset("webq-train", EOR_TUNE_DATA, {"eor": n}, SHORT_METRICS, "em", {}, "")
-    out = root / TUNING_DIR / "eor-webq-train"
-    argv = evaluate_argv(ds, "eor", n, out, lm=lm, index=index, threads=threads,
-                         timeout_s=None, reader=None)
+    ds = Dataset(spec.name, spec.data, {"eor": n or spec.n}, SHORT_METRICS, "em", {}, "")
+    out = root / TUNING_DIR / spec.name
+    argv = evaluate_argv(ds, "eor", n or spec.n, out, lm=lm, index=index, threads=threads,
+                         timeout_s=None, reader=None, data=spec.spec(n))
     if (out / "run.json").exists():
         argv.append("--resume")
     log("ambiqa " + " ".join(argv))
     summary, _ = evaluate_from_args(parser.parse_args(argv), lm=lm_object, retriever=retriever,
                                     progress=progress)
-    artifact = root / EOR_TUNED
+    artifact = root / spec.artifact
     tune = ["tune-eor", str(out / "results.jsonl"), "--trials", str(trials),
-            "--artifact", str(artifact), "--out", str(out.parent / "eor-weights.json"),
-            "--plot", str(out.parent / "eor-weights.png")]
-    dev = root / "webq" / "eor-untuned" / "results.jsonl"
+            "--artifact", str(artifact), "--out", str(out.parent / f"{spec.name}-weights.json"),
+            "--plot", str(out.parent / f"{spec.name}-weights.png")]
+    if spec.start > 1:  # held-out questions of an evaluation split: recorded, not refused
+        tune.append("--allow-eval-splits")
+    dev = root / spec.dev_run / "results.jsonl"
     if dev.is_file():
         tune += ["--dev-cache", str(dev)]
     log("ambiqa " + " ".join(tune))
@@ -729,11 +773,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", default=None, help="only these programs")
     ap.add_argument("--compile", action="store_true",
                     help="run the compile comparison (COMPILE_PLAN) instead of the plan")
-    ap.add_argument("--tune-eor", action="store_true",
-                    help=f"fit EoR's voter weights: eor on {EOR_TUNE_DATA} (default weights, "
-                    f"resumed) then `ambiqa tune-eor`, writing ROOT/{EOR_TUNED}")
-    ap.add_argument("--tune-n", type=int, default=EOR_TUNE_N,
-                    help=f"with --tune-eor: training questions (default {EOR_TUNE_N})")
+    ap.add_argument("--tune-eor", nargs="?", const="webq-train", default=None,
+                    choices=list(EOR_TUNINGS), metavar="TUNING",
+                    help="fit EoR's voter weights: eor with the default weights on the "
+                    "tuning's questions (resumed), then `ambiqa tune-eor`; TUNING is one of "
+                    + ", ".join(f"{k} ({t.spec()} -> ROOT/{t.artifact})"
+                                for k, t in EOR_TUNINGS.items()) + "; default webq-train")
+    ap.add_argument("--tune-n", type=int, default=None,
+                    help="with --tune-eor: questions (default: the tuning's, 100)")
     ap.add_argument("--tune-trials", type=int, default=EOR_TUNE_TRIALS,
                     help=f"with --tune-eor: Optuna trials (default {EOR_TUNE_TRIALS})")
     ap.add_argument("--compiled", default=None,
@@ -752,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.tune_eor and not args.report_only:
             print(json.dumps(run_eor_tuning(args.root, lm=args.lm, index=args.index,
-                                            threads=args.threads, n=args.tune_n,
+                                            threads=args.threads, tuning=args.tune_eor,
+                                            n=args.tune_n,
                                             trials=args.tune_trials), indent=2))
         elif args.compile and not args.report_only:
             only = ([c.strip() for c in args.compiled.split(",") if c.strip()]

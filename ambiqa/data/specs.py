@@ -3,10 +3,13 @@
 Grammar (case-insensitive names)::
 
     NAME:SPLIT[:N]          a registered data set under the data root   asqa:train:50
+    NAME:SPLIT:A-B          examples A to B of the split (from 1)       nq:oracle:61-160
     FORMAT:PATH[#PART][:N]  any file in a known format                  hotpotqa:/x/dev.json:20
     demo:train | demo:dev   the small set bundled with ambiqa
 
-``N`` keeps the first N examples. ``PATH`` is recognised by a path separator, a leading
+``N`` keeps the first N examples; ``A-B`` keeps examples A to B inclusive, counted from 1,
+so questions held out from a run on the first N can be named (``nq:oracle:61-160`` beside
+``nq:oracle:60``). ``PATH`` is recognised by a path separator, a leading
 ``.``/``~`` or a ``.json``/``.jsonl`` ending; ``#PART`` picks one split out of a file holding
 several (the official ``ASQA.json``). The data root is ``data_root`` if given, else
 ``$AMBIQA_DATA``, else ``../shared/data`` beside the repository checkout.
@@ -90,6 +93,8 @@ class DatasetSpec:
     path: str | None = None
     part: str | None = None
     limit: int | None = None
+    #: with ``limit``: the first example kept, counted from 1 (``A`` of ``A-B``)
+    start: int | None = None
 
     @property
     def format(self) -> str:
@@ -98,6 +103,8 @@ class DatasetSpec:
     def __str__(self) -> str:
         target = self.split if self.path is None else (
             self.path + (f"#{self.part}" if self.part else ""))
+        if self.start is not None and self.limit:
+            return f"{self.name}:{target}:{self.start}-{self.limit}"
         return f"{self.name}:{target}" + (f":{self.limit}" if self.limit else "")
 
 
@@ -124,13 +131,20 @@ def parse_spec(spec: object) -> DatasetSpec:
     if name != "demo" and name not in DATASETS:
         raise ConfigError(f"unknown data set {name!r} in spec {spec!r}; choose one of: "
                           f"{_choices()}")
-    limit = None
+    limit = start = None
     head, colon, tail = rest.rpartition(":")
+    span = re.fullmatch(r"\s*([0-9]{1,12})\s*-\s*([0-9]{1,12})\s*", tail) if colon else None
     if colon and re.fullmatch(r"\s*[+-]?[0-9]{1,12}\s*", tail):
         limit = int(tail)
         if limit < 1:
             raise ConfigError(f"bad dataset spec {spec!r}: the example count must be at least "
                               f"1, got {limit}")
+        rest = head
+    elif span:
+        start, limit = int(span.group(1)), int(span.group(2))
+        if not 1 <= start <= limit:
+            raise ConfigError(f"bad dataset spec {spec!r}: a range A-B needs 1 <= A <= B, "
+                              f"got {start}-{limit}", hint="e.g. nq:oracle:61-160")
         rest = head
     rest = rest.strip()
     if not rest:
@@ -139,14 +153,15 @@ def parse_spec(spec: object) -> DatasetSpec:
         path, _, part = rest.partition("#")
         if not path.strip():
             raise ConfigError(f"bad dataset spec {spec!r}: empty path")
-        return DatasetSpec(name, path=path.strip(), part=part.strip() or None, limit=limit)
+        return DatasetSpec(name, path=path.strip(), part=part.strip() or None, limit=limit,
+                           start=start)
     split = rest.lower()
     splits = DEMO_SPLITS if name == "demo" else DATASETS[name][1]
     if split not in splits:
         raise ConfigError(f"unknown split {rest!r} for {name} in spec {spec!r}; choose one of: "
                           f"{', '.join(splits)}" + ("" if name == "demo" else
                                                     f", or give a file: {name}:/path/file"))
-    return DatasetSpec(name, split=split, limit=limit)
+    return DatasetSpec(name, split=split, limit=limit, start=start)
 
 
 def is_training_split(spec: str | DatasetSpec) -> bool:
@@ -212,6 +227,8 @@ def load_dataset(spec: str | DatasetSpec, data_root: str | Path | None = None
     parsed = spec if isinstance(spec, DatasetSpec) else parse_spec(spec)
     path, part = resolve_path(parsed, Path(data_root) if data_root is not None else None)
     examples = FORMATS[parsed.format](path, limit=parsed.limit, section=part)
+    if parsed.start is not None:  # ids come from file positions, so slicing keeps them
+        examples = examples[parsed.start - 1:]
     for ex in examples:  # provenance for the optimizers' training-split guard
         object.__setattr__(ex, SOURCE_ATTR, str(parsed))
     return examples

@@ -369,6 +369,20 @@ def test_spec_limit_and_path(shared_data):
     assert str(parse_spec("asqa:train:50")) == "asqa:train:50"
 
 
+def test_spec_range_keeps_examples_a_to_b_with_their_ids(shared_data):
+    """``A-B`` names questions held out from a run on the first N (tuning on NQ 61-160 while
+    the table scores NQ 1-60): the ids are those of the whole split, so the two never share a
+    question."""
+    first = load_dataset("nq:oracle:12", data_root=shared_data)
+    part = load_dataset("nq:oracle:11-12", data_root=shared_data)
+    assert [ex.id for ex in part] == [ex.id for ex in first[10:12]]
+    assert [ex.question for ex in part] == [ex.question for ex in first[10:12]]
+    spec = parse_spec("nq:oracle:61-160")
+    assert (spec.start, spec.limit, str(spec)) == (61, 160, "nq:oracle:61-160")
+    assert parse_spec("webq:/x/q.jsonl:3-4").start == 3
+    assert not is_training_split("nq:oracle:61-160")
+
+
 def test_path_spec_reads_a_file(tmp_path):
     path = _write_jsonl(tmp_path / "mine.jsonl",
                         [{"question": f"q{i}", "answer": ["a"]} for i in range(4)])
@@ -388,6 +402,8 @@ def test_path_spec_reads_a_file(tmp_path):
     ("asqa:dev:x", "unknown split"),
     ("demo:/x/y.json", "unknown split"),
     ("asqa:7", "unknown split"),
+    ("asqa:dev:5-2", "1 <= A <= B"),
+    ("asqa:dev:0-2", "1 <= A <= B"),
 ])
 def test_bad_specs(spec, match):
     with pytest.raises(ConfigError, match=match):

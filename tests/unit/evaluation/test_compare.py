@@ -520,7 +520,12 @@ def test_eor_rows_use_weights_tuned_on_training_questions(tmp_path, shared_data,
     cm = benchmark_script("compare_methods")
     assert cm.PLAN["webq"].program_of("eor-untuned") == "eor"
     assert cm.PLAN["nq"].artifacts["eor"] == cm.EOR_TUNED == cm.PLAN["webq"].artifacts["eor"]
-    assert cm.EOR_TUNE_DATA.endswith(":train") and cm.EOR_TUNE_N >= 100
+    plan_tuning = cm.EOR_TUNINGS["webq-train"]
+    assert plan_tuning.spec() == "webq:train:100" and plan_tuning.artifact == cm.EOR_TUNED
+    # NQ's own weights come from questions after the 60 the table scores, never from them
+    held_out = cm.EOR_TUNINGS["nq-heldout"]
+    assert held_out.spec() == "nq:oracle:61-160" and held_out.start > cm.PLAN["nq"].n
+    assert cm.PLAN["nq"].artifacts["eor-nq-heldout"] == held_out.artifact
 
     def short(inp):
         return {"answer": "Paris" if "Paris" in str(inp.get("passages", "")) else "Lyon"}
@@ -540,7 +545,7 @@ def test_eor_rows_use_weights_tuned_on_training_questions(tmp_path, shared_data,
     assert out["n"] == 3 and artifact.is_file()
     train = json.loads((root / "tuning" / "eor-webq-train" / "run.json").read_text())
     assert train["data"] == "webq:train:3"
-    report = json.loads((root / "tuning" / "eor-weights.json").read_text())
+    report = json.loads((root / "tuning" / "eor-webq-train-weights.json").read_text())
     assert report["data"].startswith("webq:train") and report["dev"]["n"] == 2
     st = cm.run_plan(["webq"], ["eor"], 2, root, **kw)
     assert st[0]["ok"] is True, (st, logs[-3:])
@@ -550,3 +555,34 @@ def test_eor_rows_use_weights_tuned_on_training_questions(tmp_path, shared_data,
     assert "| eor | webq:dev:2 | 2 | 0 |" in text and "| eor | eor-untuned | 2 |" in text
     assert "Retriever consistency of eor-untuned" in text and "| EoR (voted) |" in text
     assert "## tuning" not in text  # the training-split run is not a table of its own
+
+
+def test_eor_weights_for_nq_are_tuned_on_held_out_questions_only(
+        tmp_path, shared_data, use_lm, benchmark_script, monkeypatch):
+    """The NQ fix: eor on NQ questions after the table's first N, tune-eor with the data
+    guard's record (an evaluation split, allowed and written into the artifact), the row
+    evaluated from that artifact on the table's questions."""
+    from ambiqa.retrieval import encoder as enc_mod
+    from ambiqa.retrieval.base import InMemoryRetriever
+    from ambiqa.testing import HashEncoder
+    from ambiqa.types import Passage
+
+    monkeypatch.setitem(enc_mod._CACHE, "minilm", HashEncoder())
+    cm = benchmark_script("compare_methods")
+    lm = use_lm(scripted_lm({"ShortAnswer": {"answer": "Paris"},
+                             "BackgroundDocument": {"background": "France is in Europe."}}))
+    retriever = InMemoryRetriever([Passage("p1", "France", "Paris is the capital of France.")])
+    root = tmp_path / "evidence"
+    kw = dict(lm=None, index="memory:test", lm_object=lm, retriever=retriever, progress=False,
+              log=lambda _: None)
+    cm.run_plan(["nq"], ["eor-untuned"], 2, root, **kw)
+    out = cm.run_eor_tuning(root, tuning="nq-heldout", n=3, trials=5, **kw)
+    train = json.loads((root / "tuning" / "eor-nq-heldout" / "run.json").read_text())
+    assert train["data"] == "nq:oracle:61-63" and out["n"] == 3
+    report = json.loads((root / "tuning" / "eor-nq-heldout-weights.json").read_text())
+    assert report["data_guard"]["allow_eval_splits"] is True
+    assert report["data_guard"]["violations"] and report["dev"]["n"] == 2
+    st = cm.run_plan(["nq"], ["eor-nq-heldout"], 2, root, **kw)
+    assert st[0]["ok"] is True
+    meta = json.loads((root / "nq" / "eor-nq-heldout" / "run.json").read_text())
+    assert meta["program"].endswith("eor-nq-heldout.json") and meta["data"] == "nq:oracle:2"
