@@ -175,7 +175,7 @@ PLAN: dict[str, Dataset] = {
         {"eor (ChatGPT)": {"em": .506}, "eor (Llama2-chat 7B)": {"em": .462}},
         "EoR Table 1 (WebQ test split, 16 retrievers incl. web search)", baseline="closed_book",
         pairs=(("eor", "vanilla_rag"), ("eor", "eor-untuned"), ("eor-untuned", "vanilla_rag"),
-               ("vanilla_rag-recall", "vanilla_rag")),
+               ("vanilla_rag-recall", "vanilla_rag"), ("eor", "vanilla_rag-recall")),
         configs={"closed_book": SHORT_FORM, "vanilla_rag": SHORT_FORM,
                  "vanilla_rag-recall": {**SHORT_FORM, "recall_fallback": True}},
         variants={"vanilla_rag-recall": "vanilla_rag", "eor-untuned": "eor"},
