@@ -438,6 +438,24 @@ def _order(key: str, runs: list[Any]) -> list[Any]:
     return sorted(runs, key=rank)
 
 
+def served_from_cache(rows: list[dict[str, Any]]) -> bool:
+    """Whether most of a run's questions were answered from DSPy's response cache.
+
+    A re-run whose prompts an earlier run already sent (a tuned EoR re-reading its members'
+    answers, a variant that changes one step) records LM calls with no tokens and almost no
+    latency: its cost columns then say nothing about what a fresh run costs. A question
+    counts as cached when it made LM calls, recorded no prompt tokens and spent under 50 ms
+    per call in the LM (a real call to any model takes longer)."""
+    def cached(row: dict[str, Any]) -> bool:
+        cost = row.get("cost") or {}
+        calls = int(cost.get("lm_calls") or 0)
+        return (calls > 0 and not cost.get("input_tokens")
+                and float(cost.get("lm_latency_s") or 0.0) < 0.05 * calls)
+
+    ok = [r for r in rows if not r.get("error")]
+    return bool(ok) and sum(map(cached, ok)) > len(ok) / 2
+
+
 def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, Any]]]:
     """Markdown lines of one data set's table and the quality-vs-cost points.
 
@@ -458,9 +476,11 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
              + "---:|" * (len(COST_COLUMNS) + 1)]
     points = []
     ordered = _order(key, runs)
-    any_failed = False
+    any_failed = any_cached = False
     for run in ordered:
         s = summarize(run.rows, metrics)
+        cached = served_from_cache(run.rows)
+        any_cached = any_cached or cached
         cells = []
         for name in metrics:
             m = s["metrics"][name]
@@ -476,15 +496,21 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
                  f"{float(s['cost'].get(k, 0.0)):.0f}" for k, _, d in COST_COLUMNS]
         total_min = sum(float((r.get("cost") or {}).get("wall_s", 0) or 0)
                         for r in run.rows) / 60
-        lines.append(f"| {row_name(plan, run)} | {run.spec.data} | {s['n']} | {s['n_errors']} | "
+        lines.append(f"| {row_name(plan, run)}{' †' if cached else ''} | {run.spec.data} | "
+                     f"{s['n']} | {s['n_errors']} | "
                      + " | ".join(cells) + " | " + " | ".join(costs)
                      + f" | {total_min:.1f} |")
         h = s["metrics"].get(headline)
-        if h and h["n"]:
+        if h and h["n"] and not cached:
             points.append({"label": row_name(plan, run), "x": float(s["cost"]["wall_s"]),
                            "y": h["mean"], "lo": h["ci95"][0], "hi": h["ci95"][1]})
     if any_failed:
         lines += ["", "(excl. failed: the value over the questions that did not fail.)"]
+    if any_cached:
+        lines += ["", "† most of this row's LM calls were answered from DSPy's response cache "
+                  "(prompts an earlier row already sent), so its cost columns are near zero and "
+                  "say nothing about a fresh run's cost; it is left off the quality-vs-cost "
+                  "plot. Its scores are real."]
     lines += paired_lines(plan, ordered, metrics)
     lines += consistency_lines(plan, ordered)
     if "dr" in metrics:

@@ -586,3 +586,24 @@ def test_eor_weights_for_nq_are_tuned_on_held_out_questions_only(
     assert st[0]["ok"] is True
     meta = json.loads((root / "nq" / "eor-nq-heldout" / "run.json").read_text())
     assert meta["program"].endswith("eor-nq-heldout.json") and meta["data"] == "nq:oracle:2"
+
+
+def test_rows_answered_from_the_response_cache_are_marked_and_kept_off_the_cost_plot(
+        benchmark_script):
+    """A tuned EoR row re-reads its members' answers from DSPy's cache: calls with no tokens
+    and no latency. Its cost is not a fresh run's, so the table marks it and the plot skips
+    it; a model that reports no token usage but takes real time is not mistaken for it."""
+    cm = benchmark_script("compare_methods")
+
+    def row(i, tokens, latency, calls=3):
+        return {"id": str(i), "metrics": {"em": 1.0},
+                "cost": {"lm_calls": calls, "input_tokens": tokens, "lm_latency_s": latency}}
+
+    cached = [row(i, 0, 0.01) for i in range(3)]
+    fresh = [row(i, 800, 40.0) for i in range(3)]
+    no_usage = [row(i, 0, 12.0) for i in range(3)]
+    assert cm.served_from_cache(cached) and not cm.served_from_cache(fresh)
+    assert not cm.served_from_cache(no_usage)
+    assert not cm.served_from_cache([row(0, 0, 0.0, calls=0)])  # no LM call at all
+    assert cm.served_from_cache([*cached[:2], fresh[0]])
+    assert not cm.served_from_cache([cached[0], *fresh[:2]])
