@@ -30,7 +30,8 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
                       holdout=args.holdout)
     manifest = train_reader(out, config=cfg, dev=None if args.no_validate else args.dev,
                             limit=args.limit, threads=args.threads, save_every=args.save_every,
-                            max_minutes=args.max_minutes, fresh=args.fresh,
+                            max_minutes=args.max_minutes, stop_at_step=args.stop_at_step,
+                            fresh=args.fresh,
                             log=lambda m: print(m, flush=True),
                             command="ambiqa " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                             calibration_sample=args.calibration_sample)
@@ -114,6 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--save-every", type=int, default=25, help="steps between resumable saves")
     t.add_argument("--max-minutes", type=float, default=None,
                    help="stop early at this training time and finish with the steps taken")
+    t.add_argument("--stop-at-step", type=int, default=None,
+                   help="stop at this step, keeping the --max-steps schedule: rebuilds a reader "
+                        "whose manifest says its schedule was cut (its 'steps')")
     t.add_argument("--fresh", action="store_true", help="discard a partial earlier run")
     t.add_argument("--calibration-sample", type=int, default=400,
                    help="training examples used to calibrate the null threshold (0 = none)")

@@ -178,13 +178,17 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
 def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | None = None,
                  dev: str | None = "asqa:dev", limit: int | None = None,
                  threads: int = 2, save_every: int = 25, max_minutes: float | None = None,
-                 fresh: bool = False, log: Callable[[str], None] = print,
+                 stop_at_step: int | None = None, fresh: bool = False,
+                 log: Callable[[str], None] = print,
                  command: str | None = None, calibration_sample: int = 400
                  ) -> dict[str, Any]:
     """Train (or resume) a reader into ``out_dir``; returns the manifest.
 
     ``max_minutes`` stops the schedule early at a save point (the manifest records the steps
-    actually taken and says the schedule was cut); ``fresh`` discards an earlier partial run.
+    actually taken and says the schedule was cut); ``stop_at_step`` cuts the schedule at that
+    step instead, so a reader once cut by the clock can be rebuilt exactly (same steps, same
+    learning-rate schedule, same weights on the same torch build); ``fresh`` discards an
+    earlier partial run.
     """
     cfg = config or TrainConfig()
     from ambiqa.data.specs import is_training_split
@@ -290,7 +294,8 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
         value = float(loss.detach())
         loss_ema = value if loss_ema is None else 0.9 * loss_ema + 0.1 * value
         spent = time.perf_counter() - t_start
-        over = max_minutes is not None and (elapsed_before + spent) / 60 >= max_minutes
+        over = ((max_minutes is not None and (elapsed_before + spent) / 60 >= max_minutes)
+                or (stop_at_step is not None and step >= stop_at_step))
         if step % save_every == 0 or step == total or over:
             _save_state(work, model, optim, {"step": step, "total": total,
                                              "fingerprint": fingerprint,
@@ -301,8 +306,9 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
                 f"eta {rate * (total - step) / 60:.1f} min (saved)")
         if over and step < total:
             cut = True
-            log(f"time budget of {max_minutes} min reached at step {step}/{total}: "
-                "finishing with the steps taken")
+            why = (f"step {stop_at_step} reached" if stop_at_step is not None
+                   and step >= stop_at_step else f"time budget of {max_minutes} min reached")
+            log(f"{why} at step {step}/{total}: finishing with the steps taken")
             break
     train_s = elapsed_before + time.perf_counter() - t_start
     return _finish(out, work, model, tokenizer, cfg, counts, step, total, train_s, cut,

@@ -498,3 +498,27 @@ def test_tiny_reader_manifest_records_calibration(tiny_reader) -> None:
     cal = manifest["calibration"]
     assert cal["data"] == "asqa:train" and cal["n"] > 0
     assert make_reader(str(out)).null_threshold == cal["null_threshold"]
+
+
+def test_stop_at_step_rebuilds_a_clock_cut_reader_exactly(tmp_path, shared_data) -> None:
+    """A reader once cut by --max-minutes records its steps; --stop-at-step N with the same
+    schedule must give the very weights the cut run had at step N (sha256 equal)."""
+    cfg = dict(TINY, max_steps=4)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_step_2(msg: str) -> None:
+        if msg.startswith("step 2/4"):
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_reader(tmp_path / "clock", config=TrainConfig(**cfg), dev=None, limit=3,
+                     save_every=2, log=kill_after_step_2)
+    at_step_2 = json.loads((tmp_path / "clock" / "work" / "progress.json").read_text())
+    logs: list[str] = []
+    cut = train_reader(tmp_path / "cut", config=TrainConfig(**cfg), dev=None, limit=3,
+                       save_every=1, stop_at_step=2, log=logs.append)
+    assert cut["steps"] == 2 and cut["planned_steps"] == 4 and cut["schedule_cut"] is True
+    assert cut["weights"]["sha256"] == at_step_2["weights_sha256"]
+    assert any("step 2 reached at step 2/4" in m for m in logs)
