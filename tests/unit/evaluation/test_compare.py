@@ -607,3 +607,25 @@ def test_rows_answered_from_the_response_cache_are_marked_and_kept_off_the_cost_
     assert not cm.served_from_cache([row(0, 0, 0.0, calls=0)])  # no LM call at all
     assert cm.served_from_cache([*cached[:2], fresh[0]])
     assert not cm.served_from_cache([cached[0], *fresh[:2]])
+
+
+def test_runs_still_under_way_can_be_left_out_of_the_tables(tmp_path, benchmark_script) -> None:
+    cm = benchmark_script("compare_methods")
+    for name, scores in (("closed_book", [0.0, 0.1]), ("verdict", [0.5])):
+        path = tmp_path / "asqa" / name
+        path.mkdir(parents=True)
+        (path / "run.json").write_text(json.dumps(
+            {"program": name, "data": "asqa:dev:2", "metrics": list(cm.ASQA_METRICS),
+             "reader": "extractive:r"}))
+        (path / "results.jsonl").write_text("".join(json.dumps(
+            {"id": str(i), "error": None, "prediction": {"answer": "a"},
+             "cost": {"lm_calls": 1, "output_tokens": 5, "wall_s": 1.0},
+             "metrics": {"str-em": v, "rouge-l": v, "d-f1": v, "mrecall@5": v}}) + "\n"
+            for i, v in enumerate(scores)))
+    assert "| verdict |" in cm.write_tables(tmp_path).read_text()
+
+    text = cm.write_tables(tmp_path, exclude=frozenset({"asqa/verdict"})).read_text()
+    assert "| verdict |" not in text and "| closed_book |" in text
+    assert "--exclude asqa/verdict" in text and "still under way: `asqa/verdict`" in text
+    with pytest.raises(ConfigError, match="asqa/verdit"):
+        cm.write_tables(tmp_path, exclude=frozenset({"asqa/verdit"}))
