@@ -340,22 +340,29 @@ def test_trained_reader_loads_and_reads_long_contexts(tiny_reader) -> None:
     assert reader.answer("q?", "") == ""
 
 
+class _Killed(Exception):
+    """Stands for the process being killed: raised from the training log."""
+
+
+def _train_killed_after_step_2(out: Path, cfg: dict) -> dict:
+    """Train a 4-step schedule saving every 2 steps, killed right after the step-2 save;
+    returns the resumable progress record it left."""
+
+    def kill_after_first_save(msg: str) -> None:
+        if msg.startswith("step 2/4"):
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train_reader(out, config=TrainConfig(**cfg), dev=None, limit=3, save_every=2,
+                     log=kill_after_first_save)
+    return json.loads((out / "work" / "progress.json").read_text())
+
+
 def test_resume_after_a_kill_matches_an_unbroken_run(tmp_path, shared_data) -> None:
     cfg = dict(TINY, max_steps=4)
     unbroken = train_reader(tmp_path / "a", config=TrainConfig(**cfg), dev=None, limit=3,
                             save_every=2, log=lambda m: None)
-
-    class Killed(Exception):
-        pass
-
-    def kill_after_first_save(msg: str) -> None:
-        if msg.startswith("step 2/4"):
-            raise Killed
-
-    with pytest.raises(Killed):
-        train_reader(tmp_path / "b", config=TrainConfig(**cfg), dev=None, limit=3,
-                     save_every=2, log=kill_after_first_save)
-    assert json.loads((tmp_path / "b" / "work" / "progress.json").read_text())["step"] == 2
+    assert _train_killed_after_step_2(tmp_path / "b", cfg)["step"] == 2
     assert not (tmp_path / "b" / MANIFEST_NAME).exists()
     logs: list[str] = []
     resumed = train_reader(tmp_path / "b", config=TrainConfig(**cfg), dev=None, limit=3,
@@ -504,18 +511,7 @@ def test_stop_at_step_rebuilds_a_clock_cut_reader_exactly(tmp_path, shared_data)
     """A reader once cut by --max-minutes records its steps; --stop-at-step N with the same
     schedule must give the very weights the cut run had at step N (sha256 equal)."""
     cfg = dict(TINY, max_steps=4)
-
-    class Killed(Exception):
-        pass
-
-    def kill_after_step_2(msg: str) -> None:
-        if msg.startswith("step 2/4"):
-            raise Killed
-
-    with pytest.raises(Killed):
-        train_reader(tmp_path / "clock", config=TrainConfig(**cfg), dev=None, limit=3,
-                     save_every=2, log=kill_after_step_2)
-    at_step_2 = json.loads((tmp_path / "clock" / "work" / "progress.json").read_text())
+    at_step_2 = _train_killed_after_step_2(tmp_path / "clock", cfg)
     logs: list[str] = []
     cut = train_reader(tmp_path / "cut", config=TrainConfig(**cfg), dev=None, limit=3,
                        save_every=1, stop_at_step=2, log=logs.append)
