@@ -186,11 +186,14 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
 
     ``max_minutes`` stops the schedule early at a save point (the manifest records the steps
     actually taken and says the schedule was cut); ``stop_at_step`` cuts the schedule at that
-    step instead, so a reader once cut by the clock can be rebuilt exactly (same steps, same
-    learning-rate schedule, same weights on the same torch build); ``fresh`` discards an
-    earlier partial run.
+    step instead, so a reader once cut by the clock can be rebuilt (same steps, same
+    learning-rate schedule; the same weights on the same CPU and torch build, while another
+    CPU may differ in the last bits -- ``benchmarks/reader_rebuild.py`` checks the scores);
+    ``fresh`` discards an earlier partial run.
     """
     cfg = config or TrainConfig()
+    if stop_at_step is not None and stop_at_step < 1:
+        raise ConfigError(f"--stop-at-step must be a step number of 1 or more, not {stop_at_step}")
     from ambiqa.data.specs import is_training_split
 
     for spec in (cfg.train, cfg.hotpotqa):

@@ -518,3 +518,6 @@ def test_stop_at_step_rebuilds_a_clock_cut_reader_exactly(tmp_path, shared_data)
     assert cut["steps"] == 2 and cut["planned_steps"] == 4 and cut["schedule_cut"] is True
     assert cut["weights"]["sha256"] == at_step_2["weights_sha256"]
     assert any("step 2 reached at step 2/4" in m for m in logs)
+    with pytest.raises(ConfigError, match="stop-at-step"):
+        train_reader(tmp_path / "zero", config=TrainConfig(**cfg), stop_at_step=0,
+                     log=lambda m: None)
