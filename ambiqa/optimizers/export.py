@@ -45,9 +45,11 @@ def predictor_prompt(name: str, predictor: Any,
     signature = predictor.signature
     inputs = {k: placeholder(k) for k in signature.input_fields}
     demos = list(predictor.demos)
-    if select_for is not None and hasattr(predictor, "_knn_select") \
-            and len(demos) > predictor.knn_k:
+    # a knn predictor shows only its k nearest demos per call: say so when the pool is shown
+    knn_k = getattr(predictor, "knn_k", None) if hasattr(predictor, "_knn_select") else None
+    if select_for is not None and knn_k is not None and len(demos) > knn_k:
         demos = predictor._knn_select(select_for)
+        knn_k = None
     messages = ChatAdapter().format(signature, demos=demos, inputs=inputs)
     return {
         "predictor": name,
@@ -56,6 +58,7 @@ def predictor_prompt(name: str, predictor: Any,
         "input_fields": list(signature.input_fields),
         "output_fields": list(signature.output_fields),
         "n_demos": len(demos),
+        "knn_k": knn_k if knn_k is not None and len(demos) > knn_k else None,
         "messages": messages,
     }
 
@@ -94,7 +97,9 @@ def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None
                   f"against {manifest.get('metric')} (reader: {manifest.get('reader')})",
                   f"- LM: {manifest.get('lm')}", f"- created: {manifest.get('created')}", ""]
     for p in prompts:
-        lines += [f"## {p['predictor']} — `{p['signature']}` ({p['n_demos']} demos)", "",
+        shown = (f"; each call shows the {p['knn_k']} nearest to its input"
+                 if p.get("knn_k") else "")
+        lines += [f"## {p['predictor']} — `{p['signature']}` ({p['n_demos']} demos{shown})", "",
                   f"Inputs: {', '.join(p['input_fields'])}; outputs: "
                   f"{', '.join(p['output_fields'])}. Replace each `{{field}}` in the last "
                   "message with the input value.", ""]

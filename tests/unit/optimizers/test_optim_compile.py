@@ -143,6 +143,12 @@ def test_knn_picks_nearest_demos_per_question_and_survives_an_artifact(
     loaded = load_artifact(path, retriever=demo_retriever, knn_encoder=enc)
     p = dict(loaded.named_predictors())["clarify.clarify"]
     assert isinstance(p, KNNPredict) and p.knn_k == 1 and len(p.demos) == len(clarify.demos)
+    # the export shows the whole pool and says that a call shows only the nearest k
+    from ambiqa.optimizers.export import export_prompts, render
+
+    text = render(export_prompts(loaded), "md", manifest=manifest)
+    assert (f"`ClarifyFromPassages` ({len(p.demos)} demos; each call shows the 1 nearest to "
+            "its input)") in text
 
 
 def test_knn_bootstrap_teacher_shows_k_gold_demos_not_the_whole_pool(use_lm, demo_retriever):
