@@ -43,6 +43,9 @@ def check(reader: Any, roots: list[Path], dev_by_id: dict[str, Any]) -> dict[str
         for run in program_runs(reader, root, dev_by_id):
             if run["lm_reader"] != reader.name:
                 continue  # scored by another reader: nothing to reproduce
+            # program_runs keeps the row's stored D-F1 under "lm" (it was first written to
+            # compare the extractive reader with the LM stand-in) and the re-score under
+            # "extractive"
             diffs = [abs(r["extractive"] - r["lm"]) for r in run["rows"] if r["lm"] is not None]
             runs.append({"run": run["dir"], "rows": len(diffs),
                          "identical": sum(d <= TOLERANCE for d in diffs),

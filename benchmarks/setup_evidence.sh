@@ -12,14 +12,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=../shared/data/corpus/wiki_passages.jsonl
-CACHE="${AMBIQA_CACHE:-$HOME/.cache/ambiqa}"
-READERS="$CACHE/readers"
+# where ambiqa itself looks ($AMBIQA_INDEX_ROOT, $AMBIQA_CACHE or their defaults)
+INDEXES="$(python -c 'from ambiqa.paths import index_root; print(index_root())')"
+READERS="$(python -c 'from ambiqa.evaluation.extractive import readers_dir; print(readers_dir())')"
 
 [ -f "$CORPUS" ] || { echo "no corpus at $CORPUS (../shared beside the checkout)" >&2; exit 2; }
 # An index is complete once its manifest exists (builds write the manifest last).
-[ -f "$CACHE/indexes/wiki-dense/manifest.json" ] ||
+[ -f "$INDEXES/wiki-dense/manifest.json" ] ||
   ambiqa index "$CORPUS" --name wiki-dense --kind dense
-[ -f "$CACHE/indexes/wiki-bm25/manifest.json" ] ||
+[ -f "$INDEXES/wiki-bm25/manifest.json" ] ||
   ambiqa index "$CORPUS" --name wiki-bm25 --kind bm25
 
 # Reader v1, then v2 trained on from it (commands as in BENCHMARKS.md's reader section).

@@ -297,8 +297,9 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
         value = float(loss.detach())
         loss_ema = value if loss_ema is None else 0.9 * loss_ema + 0.1 * value
         spent = time.perf_counter() - t_start
-        over = ((max_minutes is not None and (elapsed_before + spent) / 60 >= max_minutes)
-                or (stop_at_step is not None and step >= stop_at_step))
+        at_stop_step = stop_at_step is not None and step >= stop_at_step
+        over = at_stop_step or (max_minutes is not None
+                                and (elapsed_before + spent) / 60 >= max_minutes)
         if step % save_every == 0 or step == total or over:
             _save_state(work, model, optim, {"step": step, "total": total,
                                              "fingerprint": fingerprint,
@@ -309,8 +310,8 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
                 f"eta {rate * (total - step) / 60:.1f} min (saved)")
         if over and step < total:
             cut = True
-            why = (f"step {stop_at_step} reached" if stop_at_step is not None
-                   and step >= stop_at_step else f"time budget of {max_minutes} min reached")
+            why = (f"step {stop_at_step} reached" if at_stop_step
+                   else f"time budget of {max_minutes} min reached")
             log(f"{why} at step {step}/{total}: finishing with the steps taken")
             break
     train_s = elapsed_before + time.perf_counter() - t_start

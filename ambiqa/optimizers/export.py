@@ -45,9 +45,12 @@ def predictor_prompt(name: str, predictor: Any,
     signature = predictor.signature
     inputs = {k: placeholder(k) for k in signature.input_fields}
     demos = list(predictor.demos)
-    # a knn predictor shows only its k nearest demos per call: say so when the pool is shown
+    # a knn predictor shows only its k nearest demos per call: pick them for ``select_for``,
+    # else show the whole pool and record k so the reader knows a call sees only k of them
     knn_k = getattr(predictor, "knn_k", None) if hasattr(predictor, "_knn_select") else None
-    if select_for is not None and knn_k is not None and len(demos) > knn_k:
+    if knn_k is not None and len(demos) <= knn_k:
+        knn_k = None  # the pool is what every call shows
+    if select_for is not None and knn_k is not None:
         demos = predictor._knn_select(select_for)
         knn_k = None
     messages = ChatAdapter().format(signature, demos=demos, inputs=inputs)
@@ -58,7 +61,7 @@ def predictor_prompt(name: str, predictor: Any,
         "input_fields": list(signature.input_fields),
         "output_fields": list(signature.output_fields),
         "n_demos": len(demos),
-        "knn_k": knn_k if knn_k is not None and len(demos) > knn_k else None,
+        "knn_k": knn_k,
         "messages": messages,
     }
 
