@@ -256,7 +256,7 @@ def test_evaluate_unwritable_and_disk_full(tmp_path, capsys, shared_data, script
 
 
 def test_compare_methods_runs_resumes_and_tabulates(tmp_path, shared_data, use_lm,
-                                                    benchmark_script):
+                                                    benchmark_script, no_trained_reader):
     from ambiqa.retrieval.base import InMemoryRetriever
     from ambiqa.types import Passage
 

@@ -436,7 +436,7 @@ def test_hf_reader_rejects_bad_directories(tiny_checkpoints, tmp_path):
         HFQAReader(tiny_checkpoints["tiny-base"])
 
 
-def test_make_reader_defaults_to_the_lm_stand_in(use_lm):
+def test_make_reader_defaults_to_the_lm_stand_in(use_lm, no_trained_reader):
     use_lm(scripted_lm({}))
     assert isinstance(make_reader(None), LMReader)
     assert isinstance(make_reader("lm"), LMReader)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 
-def test_optimize_benchmark_runs_and_resumes(tmp_path, shared_data):
+def test_optimize_benchmark_runs_and_resumes(tmp_path, shared_data, no_trained_reader):
     from benchmarks import optimize
 
     argv = ["--lm", "fake", "--retriever", "bm25", "--programs", "vanilla_rag,resp",
