@@ -48,6 +48,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/evidence/TABLES.md",
     "benchmarks/results/evidence/asqa/error-analysis-vanilla_rag.md",
     "benchmarks/results/evidence/asqa/error-analysis-diva.md",
+    "benchmarks/results/evidence/asqa/error-analysis-verdict.md",
     "benchmarks/results/evidence/webq/error-analysis-vanilla_rag.md",
     "benchmarks/results/sections/method_comparison.md",
     "benchmarks/results/compare/TABLES.md",

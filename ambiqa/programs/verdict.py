@@ -8,6 +8,7 @@ that merges agreeing pairs and discards outliers. See :class:`VerDICt`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -16,6 +17,7 @@ import dspy
 import numpy as np
 
 from ambiqa.errors import ConfigError
+from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field
@@ -38,6 +40,19 @@ PRECISION_MERGE_SIMILARITY = 0.8
 
 # What a small model writes in a field when it means "nothing here".
 _EMPTY = frozenset({"", "none", "null", "n/a", "na", "nothing", "unknown", "-"})
+
+#: ``candidate_check``: the longest answer kept, in words. 98% of ASQA train's gold short
+#: answers have at most 10 words (median 2); Fig. 6 asks for an answer, not a sentence.
+MAX_ANSWER_WORDS = 10
+#: ``candidate_check``: the least share of an answer's (SQuAD-normalised) tokens its passage
+#: must contain. Half, not all, so a paraphrase ("the 14th" for "Fourteenth") or a unit
+#: the passage spells out differently can pass; an answer from memory cannot.
+MIN_ANSWER_IN_PASSAGE = 0.5
+# How an English question starts when the model leaves off its question mark.
+_QUESTION_STARTS = frozenset({
+    "who", "whom", "whose", "what", "whats", "when", "where", "which", "why", "how", "is",
+    "are", "was", "were", "do", "does", "did", "can", "could", "will", "would", "has", "have",
+    "had", "in", "on", "at", "from", "for", "to", "by", "during", "as", "according"})
 
 
 class Encoder(Protocol):
@@ -171,6 +186,65 @@ def consolidate(vectors: np.ndarray, min_cluster_size: int = 2,
     return labels, chosen
 
 
+#: The rules ``candidate_check`` applies (a subset of :func:`rule_violations`'s names),
+#: chosen on ASQA train: see docs/methods.md#verdict.
+CHECKED_RULES: tuple[str, ...] = ("not a question", "answer too long",
+                                  "answer restates the question", "answer not in passage")
+
+
+def rule_violations(question: str, interpretation: str, answer: str,
+                    passage_text: str) -> list[str]:
+    """Which rules of the paper's extraction prompt (Fig. 6) a per-passage (interpretation,
+    answer) visibly breaks; empty when none.
+
+    The paper leaves these rules to the LLM (its execution feedback); its Fig. 3 shows an 8B
+    model already failing to abstain on unanswerable passages more often than larger ones, and
+    the 1.5B here breaks them outright: on ASQA dev it wrote passage sentences as the
+    "interpretation", echoed the question as the "answer", and named people its passage does
+    not mention. ``candidate_check`` drops candidates that break one of
+    :data:`CHECKED_RULES` before consolidation (a deviation, see docs/methods.md#verdict):
+
+    * "not a question" -- rule 1: the interpretation must be a question (all of ASQA train's
+      gold interpretations end with "?"; one that starts like a question is accepted too);
+    * "answer too long" -- more than :data:`MAX_ANSWER_WORDS` words: a sentence, not an answer;
+    * "answer restates the question" -- every answer token is already in the original
+      question, so the answer says nothing (the 1.5B's echo);
+    * "answer not in passage" -- rule 6: less than :data:`MIN_ANSWER_IN_PASSAGE` of the
+      answer's tokens occur in the passage.
+    """
+    broken: list[str] = []
+    words = interpretation.split()
+    first = normalize_answer(words[0]) if words else ""
+    if not interpretation.rstrip().endswith("?") and first not in _QUESTION_STARTS:
+        broken.append("not a question")
+    if len(answer.split()) > MAX_ANSWER_WORDS:
+        broken.append("answer too long")
+    tokens = normalize_answer(answer).split()
+    asked = set(normalize_answer(question).split())
+    if all(t in asked for t in tokens):  # also an answer with no token left
+        broken.append("answer restates the question")
+    in_passage = set(normalize_answer(passage_text).split())
+    if tokens and sum(t in in_passage for t in tokens) < MIN_ANSWER_IN_PASSAGE * len(tokens):
+        broken.append("answer not in passage")
+    return broken
+
+
+def pick_readings(candidates: Sequence[dict[str, Any]], vectors: np.ndarray,
+                  min_cluster_size: int, conservativeness: str) -> tuple[list[int], list[int]]:
+    """Steps 5-6 on embedded candidates: ``(labels, kept)``, the cluster label of every
+    candidate and the indices of the medoids kept as interpretations, largest group first,
+    an exact (question, answer) duplicate of an earlier medoid kept once."""
+    labels, chosen = consolidate(vectors, min_cluster_size, conservativeness)
+    kept: list[int] = []
+    seen: set[tuple[str, str]] = set()
+    for i in chosen:
+        key = (candidates[i]["question"].lower(), candidates[i]["answer"].lower())
+        if key not in seen:
+            seen.add(key)
+            kept.append(i)
+    return labels, kept
+
+
 @dataclass(frozen=True)
 class VerDICtConfig(ProgramConfig):
     """VerDICt's settings (see :class:`VerDICt` for each)."""
@@ -181,6 +255,7 @@ class VerDICtConfig(ProgramConfig):
     long_answer: bool = bool_field(True)
     rerank_depth: int = int_field(100, minimum=0,
                                   hint="0 switches the second-stage re-ranking off")
+    candidate_check: bool = bool_field(False)
 
     def check(self) -> None:
         if self.conservativeness not in CONSERVATIVENESS:
@@ -200,6 +275,10 @@ class VerDICt(AmbiqaProgram):
     5. Cluster with HDBSCAN; groups whose medoids are close are one reading in every mode.
     6. Keep each group's medoid, citing its passage; then the long answer (ours, for ASQA).
 
+    With ``candidate_check=True`` (ours, off by default), step 3's candidates that break the
+    prompt's rules in ways rules can see (:func:`candidate_problem`) are dropped before
+    step 4; they stay in the output marked ``rejected``.
+
     The faithfulness table (paper step → code → test) and the deviations with their reasons
     are in ``docs/methods.md#verdict``.
 
@@ -217,6 +296,8 @@ class VerDICt(AmbiqaProgram):
             "precision" also merges near readings more eagerly.
         long_answer: write the ASQA paragraph (else the pairs as sentences, no LM call).
         encoder: f of f(q̂; ŷ) (default all-MiniLM-L6-v2).
+        candidate_check: drop candidates that visibly break Fig. 6's rules (:func:`rule_violations`)
+            before consolidation; off by default (the paper trusts the LLM to keep them).
     """
 
     name = "verdict"
@@ -230,12 +311,12 @@ class VerDICt(AmbiqaProgram):
     def __init__(self, retriever=None, n_passages: int = 20, min_cluster_size: int = 2,
                  conservativeness: Conservativeness = "balanced", long_answer: bool = True,
                  encoder: Encoder | None = None, rerank_depth: int = 100,
-                 reranker: Any = None) -> None:
+                 reranker: Any = None, candidate_check: bool = False) -> None:
         super().__init__(retriever)
         self.use_config(VerDICtConfig(
             n_passages=n_passages, min_cluster_size=min_cluster_size,
             conservativeness=conservativeness, long_answer=long_answer,
-            rerank_depth=rerank_depth))
+            rerank_depth=rerank_depth, candidate_check=candidate_check))
         if reranker is not None and not callable(getattr(reranker, "rerank", None)):
             raise ConfigError("reranker must have a rerank(query, passages, k) method")
         self._reranker = reranker
@@ -283,7 +364,13 @@ class VerDICt(AmbiqaProgram):
         interpretation, answer = _clean(pred.interpretation), _clean(pred.answer)
         if pred.abstain is True or _is_empty(interpretation) or _is_empty(answer):
             return {}
-        return {"question": interpretation, "answer": answer, "passage": passage.id}
+        candidate = {"question": interpretation, "answer": answer, "passage": passage.id}
+        if self.candidate_check:
+            broken = [rule for rule in rule_violations(question, interpretation, answer,
+                                                       passage.text) if rule in CHECKED_RULES]
+            if broken:
+                candidate["rejected"] = broken[0]
+        return candidate
 
     # ---- program ---------------------------------------------------------------------------
     def run(self, question: str) -> dict[str, Any]:
@@ -292,34 +379,33 @@ class VerDICt(AmbiqaProgram):
         passages = self.retrieve(relaxed)
 
         results = run_parallel(lambda p: self.interpret_passage(question, p), passages)
-        candidates = [r for r in results if r]
+        rejected = [r for r in results if r and "rejected" in r]
+        candidates = [r for r in results if r and "rejected" not in r]
         n_abstained = sum(1 for r in results if r == {})
         n_dropped = sum(1 for r in results if r is None)
+        if rejected:
+            reasons = ", ".join(f"{n} {why}" for why, n in sorted(
+                Counter(r["rejected"] for r in rejected).items()))
+            record_event("verdict.candidate_check",
+                         f"dropped {len(rejected)} of {len(rejected) + len(candidates)} "
+                         f"candidates: {reasons}")
+        found = {"relaxed_query": relaxed, "n_abstained": n_abstained, "n_dropped": n_dropped,
+                 "n_rejected": len(rejected), "rejected": rejected}
 
         if not candidates:
             record_event("verdict", "no passage answered any reading; closed-book fallback")
             return {"interpretations": [], "candidates": [], "answer": self.closed_book(question),
-                    "passages": passages, "relaxed_query": relaxed, "n_abstained": n_abstained,
-                    "n_dropped": n_dropped, "grounded": False}
+                    "passages": passages, **found, "grounded": False}
 
         if len(candidates) == 1:  # nothing to consolidate: skip the encoder
             vectors = np.ones((1, 1))
         else:
             vectors = np.asarray(self.encoder.encode(
                 [embedding_text(c["question"], c["answer"]) for c in candidates]))
-        labels, chosen = consolidate(vectors, self.min_cluster_size, self.conservativeness)
-
-        interpretations: list[Interpretation] = []
-        seen: set[tuple[str, str]] = set()
-        kept: set[int] = set()
-        for i in chosen:
-            c = candidates[i]
-            key = (c["question"].lower(), c["answer"].lower())
-            if key in seen:
-                continue
-            seen.add(key)
-            kept.add(i)
-            interpretations.append(Interpretation(c["question"], c["answer"], [c["passage"]]))
+        labels, kept = pick_readings(candidates, vectors, self.min_cluster_size,
+                                     self.conservativeness)
+        interpretations = [Interpretation(candidates[i]["question"], candidates[i]["answer"],
+                                          [candidates[i]["passage"]]) for i in kept]
         for i, c in enumerate(candidates):
             c["cluster"], c["medoid"] = labels[i], i in kept
 
@@ -332,5 +418,4 @@ class VerDICt(AmbiqaProgram):
         else:
             answer = " ".join(f"{i.question} {i.answer}." for i in interpretations)
         return {"interpretations": interpretations, "candidates": candidates, "answer": answer,
-                "passages": passages, "relaxed_query": relaxed, "n_abstained": n_abstained,
-                "n_dropped": n_dropped, "grounded": True}
+                "passages": passages, **found, "grounded": True}

@@ -13,6 +13,7 @@ from ambiqa.programs.verdict import (
     embedding_text,
     medoid,
     merge_close_clusters,
+    rule_violations,
 )
 from ambiqa.testing import FixedRetriever, KeywordEncoder, scripted_lm
 from ambiqa.types import Passage
@@ -268,7 +269,7 @@ def test_config_and_registry():
     assert isinstance(prog, VerDICt)
     assert prog.config() == {"n_passages": 6, "min_cluster_size": 2,
                              "conservativeness": "balanced", "long_answer": True,
-                             "rerank_depth": 100}
+                             "rerank_depth": 100, "candidate_check": False}
     assert VerDICt().config()["n_passages"] == 20
     # the LM steps an optimizer can tune, by name
     assert [n for n, _ in prog.named_predictors()] == [
@@ -365,3 +366,55 @@ def test_interpret_prompt_carries_the_papers_rules():
     assert "at most one reading per passage" in text
     assert "clearest time reference" in text
     assert list(InterpretFromPassage.input_fields) == ["question", "passage"]
+
+
+PASSAGE_TEXT = "James Phelps played Fred Weasley in all eight Harry Potter films."
+
+
+@pytest.mark.parametrize("interpretation, answer, broken", [
+    ("Who played Fred Weasley in the films?", "James Phelps", []),
+    ("who played Fred Weasley in the films", "James Phelps", []),  # a question, no "?"
+    ("James Phelps played Fred Weasley.", "James Phelps", ["not a question"]),
+    ("Fred Weasley", "James Phelps", ["not a question"]),
+    ("Who played Fred?", "James Phelps played Fred Weasley in all eight Harry Potter films",
+     ["answer too long"]),
+    ("Who played Fred Weasley?", "the Weasley brother", ["answer restates the question"]),
+    ("Who played Fred Weasley?", "none at all", ["answer not in passage"]),
+    ("Who played Fred Weasley?", "Oliver Phelps", []),  # half its tokens in the passage
+    ("Who played Fred Weasley?", "Oliver Gerald Smith", ["answer not in passage"]),
+    ("Harry Potter", "Harry Potter", ["not a question", "answer restates the question"]),
+])
+def test_rule_violations_name_each_broken_rule(interpretation, answer, broken):
+    assert rule_violations(QUESTION, interpretation, answer, PASSAGE_TEXT) == broken
+
+
+def test_candidate_check_drops_rule_breakers_before_clustering(use_lm):
+    pairs = dict(PAIRS)
+    pairs["p1"] = ("Fred a played by James Phelps", "James Phelps")  # not a question
+    pairs["p4"] = ("Who played Percy a?", "The Weasley brother")  # echoes the question
+    passages = [_passage(pid, f"text of {pid}: {PAIRS[pid][1]}") for pid in PAIRS] + \
+        PASSAGES[-2:]
+    use_lm(_lm(pairs))
+    encoder = KeywordEncoder(VECTORS)
+    out = VerDICt(FixedRetriever(passages), n_passages=9, rerank_depth=0, encoder=encoder,
+                  candidate_check=True)(question=QUESTION)
+    assert out.n_rejected == 2
+    assert {(r["passage"], r["rejected"]) for r in out.rejected} == {
+        ("p1", "not a question"), ("p4", "answer restates the question")}
+    assert [c["passage"] for c in out.candidates] == ["p2", "p3", "p5", "p6", "p7"]
+    assert len(encoder.calls[0]) == 5  # the rejected were never embedded
+    assert {i["answer"] for i in out.interpretations} == {"James Phelps", "Chris Rankin"}
+    assert any("dropped 2 of 7 candidates" in e for e in out.trace["events"])
+
+
+def test_candidate_check_is_off_by_default_and_all_rejected_goes_closed_book(use_lm):
+    echo = {pid: (q.rstrip("?"), "Harry Potter") for pid, (q, _) in PAIRS.items()}
+    use_lm(_lm(echo))
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  encoder=KeywordEncoder(VECTORS))(question=QUESTION)
+    assert out.n_rejected == 0 and len(out.candidates) == 7  # the paper's program keeps all
+    use_lm(_lm(echo))
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0,
+                  encoder=KeywordEncoder(VECTORS), candidate_check=True)(question=QUESTION)
+    assert out.n_rejected == 7 and out.candidates == [] and out.grounded is False
+    assert out.answer == "From memory: Rupert Grint played Ron."
