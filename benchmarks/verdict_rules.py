@@ -42,10 +42,8 @@ from ambiqa.evaluation.metrics import normalize_answer, short_answers_of  # noqa
 from ambiqa.evaluation.report import load_run  # noqa: E402
 from ambiqa.evaluation.stats import fmt_interval  # noqa: E402
 from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
-from ambiqa.programs.verdict import CHECKED_RULES, rule_violations  # noqa: E402
+from ambiqa.programs.verdict import CHECKED_RULES, RULES, rule_violations  # noqa: E402
 
-RULES = ("not a question", "answer too long", "answer restates the question",
-         "answer not in passage")
 RESAMPLES = 2000
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ambiqa.errors import ConfigError
+from ambiqa.programs import verdict as verdict_module
 from ambiqa.programs.registry import build_program
 from ambiqa.programs.verdict import (
     VerDICt,
@@ -388,23 +389,35 @@ def test_rule_violations_name_each_broken_rule(interpretation, answer, broken):
     assert rule_violations(QUESTION, interpretation, answer, PASSAGE_TEXT) == broken
 
 
-def test_candidate_check_drops_rule_breakers_before_clustering(use_lm):
+def test_candidate_check_drops_rule_breakers_before_clustering(use_lm, monkeypatch):
     pairs = dict(PAIRS)
     pairs["p1"] = ("Fred a played by James Phelps", "James Phelps")  # not a question
     pairs["p4"] = ("Who played Percy a?", "The Weasley brother")  # echoes the question
     passages = [_passage(pid, f"text of {pid}: {PAIRS[pid][1]}") for pid in PAIRS] + \
         PASSAGES[-2:]
-    use_lm(_lm(pairs))
-    encoder = KeywordEncoder(VECTORS)
-    out = VerDICt(FixedRetriever(passages), n_passages=9, rerank_depth=0, encoder=encoder,
-                  candidate_check=True)(question=QUESTION)
-    assert out.n_rejected == 2
+
+    def run():
+        use_lm(_lm(pairs))
+        encoder = KeywordEncoder(VECTORS)
+        out = VerDICt(FixedRetriever(passages), n_passages=9, rerank_depth=0,
+                      encoder=encoder, candidate_check=True)(question=QUESTION)
+        return out, encoder
+
+    # the rules chosen on train: only the echo is checked; a statement stays
+    out, encoder = run()
+    assert out.n_rejected == 1
+    assert [(r["passage"], r["rejected"]) for r in out.rejected] == [
+        ("p4", "answer restates the question")]
+    assert [c["passage"] for c in out.candidates] == ["p1", "p2", "p3", "p5", "p6", "p7"]
+    assert len(encoder.calls[0]) == 6  # the rejected one was never embedded
+    assert any("dropped 1 of 7 candidates" in e for e in out.trace["events"])
+    # with every rule checked, the statement goes too
+    monkeypatch.setattr(verdict_module, "CHECKED_RULES", verdict_module.RULES)
+    out, encoder = run()
     assert {(r["passage"], r["rejected"]) for r in out.rejected} == {
         ("p1", "not a question"), ("p4", "answer restates the question")}
-    assert [c["passage"] for c in out.candidates] == ["p2", "p3", "p5", "p6", "p7"]
-    assert len(encoder.calls[0]) == 5  # the rejected were never embedded
+    assert len(encoder.calls[0]) == 5
     assert {i["answer"] for i in out.interpretations} == {"James Phelps", "Chris Rankin"}
-    assert any("dropped 2 of 7 candidates" in e for e in out.trace["events"])
 
 
 def test_candidate_check_is_off_by_default_and_all_rejected_goes_closed_book(use_lm):
