@@ -80,6 +80,24 @@ def long_answer_demo(ex: Any) -> dspy.Example | None:
     ).with_inputs("question", "interpretations", "passages")
 
 
+def interpret_demo(ex: Any) -> dspy.Example | None:
+    """VerDICt's per-passage read on the example's first gold passage: the gold reading whose
+    short answer the passage states, or an abstention when it states none (the paper's
+    "relevant but cannot answer" passage, Fig. 1b)."""
+    passages, pairs = gold_passages(ex), []
+    for qa in getattr(ex, "qa_pairs", None) or []:
+        pairs += [(str(qa["question"]), str(a)) for a in qa.get("short_answers") or []
+                  if qa.get("question") and str(a).strip()]
+    if not passages or not pairs:
+        return None
+    passage = passages[0]
+    stated = [(q, a) for q, a in pairs if a.lower() in passage.text.lower()]
+    interpretation, answer = stated[0] if stated else ("none", "none")
+    return dspy.Example(question=ex.question, passage=format_passages([passage]),
+                        abstain=not stated, interpretation=interpretation, answer=answer,
+                        ).with_inputs("question", "passage")
+
+
 def closed_book_demo(ex: Any) -> dspy.Example | None:
     longs = getattr(ex, "long_answers", None) or []
     if not longs:
@@ -119,6 +137,7 @@ def memories_answer_demo(ex: Any) -> dspy.Example | None:
 
 CONVERTERS: dict[str, Callable[[Any], dspy.Example | None]] = {
     "ClarifyFromPassages": clarify_demo,
+    "InterpretFromPassage": interpret_demo,
     "WriteLongAnswer": long_answer_demo,
     "ClosedBookLongAnswer": closed_book_demo,
     "ShortAnswer": short_answer_demo,

@@ -265,3 +265,28 @@ def test_every_program_compiles_with_bootstrap_on_a_fake_endpoint(name, use_lm, 
         shutdown()
     assert report.cost["lm_calls"] > 0 and any(report.demos_per_predictor.values())
     assert isinstance(pred.answer, str)
+
+
+def test_verdict_reads_get_labeled_demos_that_answer_or_abstain():
+    import dspy
+
+    from ambiqa.optimizers.demos import interpret_demo, labeled_demos
+
+    def example(text: str) -> dspy.Example:
+        return dspy.Example(
+            question="Who played Fred Weasley?",
+            qa_pairs=[{"question": "Who played Fred in the films?",
+                       "short_answers": ["James Phelps"]},
+                      {"question": "Who voiced Fred in the games?", "short_answers": ["X Y"]}],
+            gold_passages=[{"title": "Fred Weasley", "text": text}]).with_inputs("question")
+
+    states = interpret_demo(example("Fred was played by James Phelps in all eight films."))
+    assert (states.abstain, states.interpretation, states.answer) == (
+        False, "Who played Fred in the films?", "James Phelps")
+    assert "James Phelps in all eight films" in states.passage
+    assert set(states.inputs().keys()) == {"question", "passage"}
+    # on topic, but it answers no reading: the paper's "cannot answer" passage
+    silent = interpret_demo(example("Fred Weasley is a wizard and a twin."))
+    assert (silent.abstain, silent.interpretation, silent.answer) == (True, "none", "none")
+    assert interpret_demo(dspy.Example(question="q?", qa_pairs=[], gold_passages=[])) is None
+    assert "InterpretFromPassage" in labeled_demos([example("James Phelps")])
