@@ -140,7 +140,8 @@ PLAN: dict[str, Dataset] = {
          "diva (GPT-4)": {"rouge-l": .424, "d-f1": .420, "dr": .422}},
         "Diva Table 1 (ASQA dev, RoBERTa SQuAD2 reader, GPT-4) and ToC Table 1; VerDICt "
         "reports grounding metrics only, no ROUGE-L/D-F1", baseline="closed_book",
-        pairs=(("diva", "vanilla_rag"), ("toc-strict", "toc"), ("diva-skip-none", "diva")),
+        pairs=(("diva", "vanilla_rag"), ("verdict", "vanilla_rag"), ("toc-strict", "toc"),
+               ("diva-skip-none", "diva")),
         # toc-strict: issue 12 item 6 -- ToC with the stricter self-verification (same scope
         # and passage support, the DQ added) against the paper's, paired on the first 20;
         # diva-skip-none: item 1 -- Diva skipping the rewrites when the typing says None

@@ -46,6 +46,7 @@ SECTIONS: list[str] = [
     "benchmarks/results/sections/retrieval.md",
     "benchmarks/results/sections/evidence.md",
     "benchmarks/results/evidence/TABLES.md",
+    "benchmarks/results/evidence/grounding.md",
     "benchmarks/results/evidence/asqa/error-analysis-vanilla_rag.md",
     "benchmarks/results/evidence/asqa/error-analysis-diva.md",
     "benchmarks/results/evidence/asqa/error-analysis-verdict.md",
