@@ -280,9 +280,9 @@ class VerDICt(AmbiqaProgram):
     5. Cluster with HDBSCAN; groups whose medoids are close are one reading in every mode.
     6. Keep each group's medoid, citing its passage; then the long answer (ours, for ASQA).
 
-    With ``candidate_check=True`` (ours, off by default), step 3's candidates that break the
-    prompt's rules in ways rules can see (:func:`candidate_problem`) are dropped before
-    step 4; they stay in the output marked ``rejected``.
+    With ``candidate_check=True`` (ours, off by default), step 3's candidates that visibly
+    break a checked rule of the prompt (:func:`rule_violations`, :data:`CHECKED_RULES`) are
+    dropped before step 4; they stay in the output under ``rejected`` with their reason.
 
     The faithfulness table (paper step → code → test) and the deviations with their reasons
     are in ``docs/methods.md#verdict``.
