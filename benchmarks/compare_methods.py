@@ -629,17 +629,18 @@ def dr_before_after(runs: list[Any], plan: Dataset | None = None) -> list[str]:
     return lines
 
 
-def compile_lines(root: Path) -> list[str]:
+def compile_lines(root: Path, exclude: frozenset[str] = frozenset()) -> list[str]:
     """"Does compiling help?": each compiled run against its program's zero-shot row on the
-    questions both hold (failed = 0), with the compile settings."""
+    questions both hold (failed = 0), with the compile settings; runs named
+    ``asqa-compiled/<name>`` in ``exclude`` (still under way) are left out."""
     from ambiqa.evaluation.compare import check_same_reader
     from ambiqa.evaluation.report import load_run
     from ambiqa.evaluation.runner import summarize
     from ambiqa.evaluation.stats import fmt_interval, paired_comparison
 
     cdir = root / COMPILED_DIR
-    runs = sorted(p for p in cdir.iterdir() if (p / "results.jsonl").is_file()) \
-        if cdir.is_dir() else []
+    runs = sorted(p for p in cdir.iterdir() if (p / "results.jsonl").is_file()
+                  and f"{COMPILED_DIR}/{p.name}" not in exclude) if cdir.is_dir() else []
     if not runs:
         return []
     metrics = list(ASQA_METRICS)
@@ -784,7 +785,7 @@ def write_tables(root: Path, out: Path | None = None,
         if points:
             panels.append({"title": title, "xlabel": "wall s per question",
                            "ylabel": plan.headline if plan else "quality", "points": points})
-    lines += compile_lines(root)
+    lines += compile_lines(root, exclude)
     if not found:
         lines += ["No run directories found yet.", ""]
     else:

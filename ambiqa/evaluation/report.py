@@ -52,7 +52,12 @@ class Run:
 
     @property
     def label(self) -> str:
-        return self.spec.program or self.path.name
+        """The program's name; for a compiled artifact its file name, not the machine path
+        the run was started with (reports are committed and read elsewhere)."""
+        program = self.spec.program
+        if program.endswith(".json"):
+            return Path(program).name
+        return program or self.path.name
 
     @property
     def metric_names(self) -> list[str]:

@@ -463,6 +463,9 @@ def test_compile_table_pairs_a_compiled_run_with_its_zero_shot_row(tmp_path, ben
     assert "| diva-labeled | vanilla_rag-labeled | 3 | +0.000" in text  # (0.1+0-0.1)/3
     assert "| diva-labeled | diva |" not in text  # no zero-shot diva row here
     assert "| vanilla_rag-labeled | diva" not in text  # the pair runs one way
+    # a compiled run still under way is left out of the compile tables too
+    text = "\n".join(cm.compile_lines(tmp_path, frozenset({f"{cm.COMPILED_DIR}/diva-labeled"})))
+    assert "diva-labeled" not in text and "| vanilla_rag-labeled | 3 | 0 |" in text
 
 
 def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_data, use_lm,
@@ -629,3 +632,16 @@ def test_runs_still_under_way_can_be_left_out_of_the_tables(tmp_path, benchmark_
     assert "--exclude asqa/verdict" in text and "still under way: `asqa/verdict`" in text
     with pytest.raises(ConfigError, match="asqa/verdit"):
         cm.write_tables(tmp_path, exclude=frozenset({"asqa/verdit"}))
+
+
+def test_an_artifact_run_is_labelled_by_its_file_name_not_the_machine_path(tmp_path):
+    from ambiqa.evaluation.report import load_run
+
+    art = _write_run(tmp_path / "a", "/home/someone/work/compiled/rag-knn.json", "nq:dev:2",
+                     {"1": 1.0, "2": 0.0})
+    plain = _write_run(tmp_path / "b", "vanilla_rag", "nq:dev:2", {"1": 1.0, "2": 1.0})
+    assert load_run(art).label == "rag-knn.json"
+    assert load_run(plain).label == "vanilla_rag"
+    out = tmp_path / "cmp"
+    assert main(["compare", str(art), str(plain), "--out", str(out)]) == 0
+    assert "/home/someone" not in (out / "compare.md").read_text()
