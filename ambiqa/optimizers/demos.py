@@ -42,12 +42,16 @@ def gold_passages(ex: Any) -> list[Passage]:
     return [p for p in out if p.text.strip()][:5]
 
 
-def _pairs(ex: Any) -> list[tuple[str, str]]:
+def _pairs(ex: Any, every_answer: bool = False) -> list[tuple[str, str]]:
+    """(disambiguated question, short answer) per gold qa pair: its first answer, or with
+    ``every_answer`` one pair per non-empty answer (a passage may state any of them)."""
     pairs = []
     for qa in getattr(ex, "qa_pairs", None) or []:
-        answers = qa.get("short_answers") or qa.get("answers") or []
+        answers = [str(a) for a in qa.get("short_answers") or qa.get("answers") or []
+                   if str(a).strip()]
         if qa.get("question") and answers:
-            pairs.append((str(qa["question"]), str(answers[0])))
+            pairs += [(str(qa["question"]), a) for a in (answers if every_answer
+                                                         else answers[:1])]
     return pairs
 
 
@@ -84,10 +88,7 @@ def interpret_demo(ex: Any) -> dspy.Example | None:
     """VerDICt's per-passage read on the example's first gold passage: the gold reading whose
     short answer the passage states, or an abstention when it states none (the paper's
     "relevant but cannot answer" passage, Fig. 1b)."""
-    passages, pairs = gold_passages(ex), []
-    for qa in getattr(ex, "qa_pairs", None) or []:
-        pairs += [(str(qa["question"]), str(a)) for a in qa.get("short_answers") or []
-                  if qa.get("question") and str(a).strip()]
+    passages, pairs = gold_passages(ex), _pairs(ex, every_answer=True)
     if not passages or not pairs:
         return None
     passage = passages[0]
