@@ -2,8 +2,8 @@
 
     # the measurement (resumable: run it again, or with a larger --n, to extend it)
     python benchmarks/throughput.py --programs vanilla_rag,diva,verdict,toc --n 20
-    # the table from what exists, no LM calls
-    python benchmarks/throughput.py --report-only
+    # the table from what exists, no LM calls (--since also tables the blocks measured then)
+    python benchmarks/throughput.py --report-only [--since 2026-11-24]
     # how many llama.cpp slots: the same concurrent calls at 1, 2 and 4 slots (new settings)
     python benchmarks/throughput.py --slot-search 1,2,4 --n 1
 
@@ -212,6 +212,25 @@ def _tok(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.mean(vals) if vals else 0.0
 
 
+def blocks_since(rows: list[dict[str, Any]], since: str) -> list[dict[str, Any]]:
+    """The rows of the blocks whose every side is stamped at or after ``since`` (an ISO time,
+    compared as text with the ``at`` stamp a block row gets when that side finishes).
+
+    Why: a block's ratio pairs its two sides under the same load, but blocks measured while
+    other jobs shared the cores are slower on both sides by different amounts; this keeps the
+    blocks measured on an otherwise idle machine, dropping whole blocks (both sides and their
+    questions), never one side of a block.
+    """
+    late: dict[tuple[str, int], bool] = {}
+    for r in rows:
+        if r.get("kind") == "block":
+            key = (r["program"], r["block"])
+            late[key] = late.get(key, True) and str(r.get("at", "")) >= since
+    keep = {k for k, ok in late.items() if ok}
+    return [r for r in rows if r.get("kind") not in ("block", "question")
+            or (r["program"], r["block"]) in keep]
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per program: throughput, tokens and paired quality, old vs new."""
     out = []
@@ -344,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="start no new block after this many minutes")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--since", default=None, help="also write table-since-SINCE.md from the "
+                    "blocks measured at or after this ISO time (e.g. when the machine became "
+                    "otherwise idle)")
     ap.add_argument("--slot-search", default=None,
                     help="comma-separated slot counts: run only the new side at each")
     args = ap.parse_args(argv)
@@ -359,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         return slot_search(args, [int(s) for s in args.slot_search.split(",")], out)
     rows_path = out / "rows.jsonl"
     if args.report_only:
-        return report(rows_path, out, meta)
+        return report(rows_path, out, meta, args.since)
     if rows_path.is_file() and not args.resume:
         print(f"{rows_path} exists: pass --resume to extend it", file=sys.stderr)
         return 2
@@ -398,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         for prog in programs:
             if args.max_minutes and time.perf_counter() - t_start > args.max_minutes * 60:
                 print(f"time budget reached before {prog} block {b}", flush=True)
-                return report(rows_path, out, meta)
+                return report(rows_path, out, meta, args.since)
             order = [old, new] if b % 2 == 0 else [new, old]
             for side in order:
                 if (prog, b, side.name) in done:
@@ -413,20 +435,27 @@ def main(argv: list[str] | None = None) -> int:
                      "wall_s": round(wall, 3), "n": len(chunk), "at": stamp}])
                 print(f"{stamp} {prog} block {b} {side.name}: {len(chunk)} q in {wall:.0f} s; "
                       f"STR-EM {statistics.mean(r['str_em'] for r in qrows):.2f}", flush=True)
-    return report(rows_path, out, meta)
+    return report(rows_path, out, meta, args.since)
 
 
-def report(rows_path: Path, out: Path, meta: dict[str, Any]) -> int:
+def report(rows_path: Path, out: Path, meta: dict[str, Any], since: str | None = None) -> int:
+    """Write ``table.md`` and ``summary.json`` from every block, and with ``since`` also
+    ``table-since-SINCE.md`` / ``summary-since-SINCE.json`` from the blocks measured then."""
     rows = load_rows(rows_path)
     for r in rows:
         if r.get("kind") == "meta":
             meta = {**meta, **{k: r[k] for k in meta if k in r}}
-    summary = summarize(rows)
-    table = (render_table(summary, meta) + "\nPer signature (all programs):\n\n"
-             + by_signature(rows))
-    atomic_write_text(out / "table.md", table)
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    print(table)
+    variants = [("", rows, "")]
+    if since:
+        variants.append((f"-since-{since}", blocks_since(rows, since),
+                         f"Only the blocks measured at or after {since}.\n\n"))
+    for suffix, kept, note in variants:
+        summary = summarize(kept)
+        table = (note + render_table(summary, meta) + "\nPer signature (all programs):\n\n"
+                 + by_signature(kept))
+        atomic_write_text(out / f"table{suffix}.md", table)
+        atomic_write_text(out / f"summary{suffix}.json", json.dumps(summary, indent=2) + "\n")
+        print(table)
     return 0
 
 
