@@ -56,8 +56,12 @@ OUTPUT_CAPS: dict[str, int] = {
     "PlanNextQuestion": 64,
     "NextReasoningStep": 96,
     "InterpretFromPassage": 128,
-    # a quoted evidence sentence, then yes/no (Diva's retrieval verifier, ToC's "evidence")
-    "VerifyRetrieval": 160,
+    # a quoted evidence sentence, then yes/no (Diva's retrieval verifier, ToC's "evidence").
+    # Diva's verifier keeps its paper's 300 (Diva calls with max 300 anyway): the 1.5B often
+    # quotes a whole passage as "evidence" (up to ~105 words in benchmarks/verifier.py's rows),
+    # and at 160 such a reply was cut before its yes/no -- 16 of 148 replies in the ASQA
+    # evidence run, 12 of 42 in the throughput run -- and paid a full JSON-adapter retry.
+    "VerifyRetrieval": 300,
     "SelfVerifyEvidence": 160,
     # lists and paragraphs
     "PseudoInterpretations": 256,
