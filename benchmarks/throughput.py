@@ -12,7 +12,8 @@ Two configurations of the same program on the same ASQA dev questions, in one pr
 * **old** -- the settings before issue 13: one llama.cpp slot behind a lock, a 256 MiB prompt
   cache, ``max_tokens`` 512 for every call, no stop sequence, whole passages, and the
   signatures (prompts and field order) as they were at ``--baseline`` (read from git, so
-  later prompt edits by anyone are still compared with the same old prompts);
+  later prompt edits by anyone are still compared with the same old prompts; a signature
+  added since, or whose fields changed since, runs as today on both sides);
 * **new** -- the working tree: ``--slots`` slots with continuous batching and
   ``n_ctx = 4096 × slots``, the prompt cache sized from the model's KV bytes per token,
   per-signature output caps with the ChatAdapter end marker as stop sequence, the
@@ -83,12 +84,24 @@ def legacy_signatures(commit: str) -> dict[str, type]:
     return found
 
 
+def same_fields(a: type, b: type) -> bool:
+    """Do two signatures take and give the same field names (in any order)?"""
+    return (set(a.input_fields) == set(b.input_fields)
+            and set(a.output_fields) == set(b.output_fields))
+
+
 def use_signatures(program: Any, table: dict[str, type]) -> int:
-    """Swap each predictor's signature for the same-named one in ``table``; returns swaps."""
+    """Swap each predictor's signature for the same-named one in ``table``; returns swaps.
+
+    A signature whose fields changed since (ToC's ``SelfVerify`` lost its ``interpretation``
+    input when it became the paper's check) keeps today's version on the old side too: the
+    program passes today's fields, so the old prompt would run with an input left empty -- a
+    different step, not the same step under older settings.
+    """
     swapped = 0
     for _, predictor in program.named_predictors():
         name = getattr(predictor.signature, "__name__", "")
-        if name in table:
+        if name in table and same_fields(table[name], predictor.signature):
             predictor.signature = table[name]
             swapped += 1
     return swapped

@@ -47,3 +47,40 @@ def test_report_writes_the_full_table_and_the_since_table(benchmark_script, tmp_
     assert full[0]["blocks"] == 2 and late[0]["blocks"] == 1
     assert (tmp_path / "table-since-2026-11-24.md").read_text().startswith(
         "Only the blocks measured at or after 2026-11-24.")
+
+
+def test_old_side_keeps_todays_signature_when_its_fields_changed(benchmark_script):
+    """An old prompt whose inputs the program no longer passes is not swapped in."""
+    import dspy
+
+    tp = benchmark_script("throughput")
+
+    class Check(dspy.Signature):
+        """Today's check."""
+        question: str = dspy.InputField()
+        answer: str = dspy.InputField()
+        valid: bool = dspy.OutputField()
+
+    class OldCheck(dspy.Signature):
+        """The old check, with an input today's program does not pass."""
+        question: str = dspy.InputField()
+        interpretation: str = dspy.InputField()
+        answer: str = dspy.InputField()
+        valid: bool = dspy.OutputField()
+
+    class OldReordered(dspy.Signature):
+        """The old check in another field order: same step, swapped in."""
+        answer: str = dspy.InputField()
+        question: str = dspy.InputField()
+        valid: bool = dspy.OutputField()
+
+    class Program(dspy.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.check = dspy.Predict(Check)
+
+    prog = Program()
+    assert tp.use_signatures(prog, {"Check": OldCheck}) == 0
+    assert prog.check.signature is Check
+    assert tp.use_signatures(prog, {"Check": OldReordered}) == 1
+    assert prog.check.signature is OldReordered
