@@ -84,6 +84,10 @@ def legacy_signatures(commit: str) -> dict[str, type]:
     return found
 
 
+#: Signatures :func:`use_signatures` left as today's on the old side (announced once each).
+_KEPT_AS_TODAY: set[str] = set()
+
+
 def same_fields(a: type, b: type) -> bool:
     """Do two signatures take and give the same field names (in any order)?"""
     return (set(a.input_fields) == set(b.input_fields)
@@ -111,10 +115,6 @@ def use_signatures(program: Any, table: dict[str, type]) -> int:
             print(f"{name}: fields changed since the baseline; the old side runs today's "
                   "signature", flush=True)
     return swapped
-
-
-#: Signatures :func:`use_signatures` left as today's on the old side (announced once each).
-_KEPT_AS_TODAY: set[str] = set()
 
 
 # ---- running ---------------------------------------------------------------------------------
