@@ -297,11 +297,12 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
 
 
 def compile_argv(program: str, opt: str, artifact: Path, *, lm: str | None,
-                 index: str | None) -> list[str]:
+                 index: str | None, threads: int = 1) -> list[str]:
     """The ``ambiqa compile`` command line of one compile (the recipe's train split unless
-    :data:`COMPILE_EXTRA` names another)."""
+    :data:`COMPILE_EXTRA` names another); ``threads`` training questions answered at once."""
     argv = ["compile", program, "--optimizer", COMPILE_OPTIMIZER.get(opt, opt), *COMPILE_ARGS[opt],
             *COMPILE_EXTRA.get(f"{program}-{opt}", []), "--out", str(artifact)]
+    argv += ["--threads", str(threads)] if threads > 1 else []
     argv += ["--lm", lm] if lm else []
     argv += ["--index", index] if index else []
     return argv
@@ -332,7 +333,8 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
         artifact = root / "compiled" / f"{name}.json"
         try:
             if not artifact.is_file():
-                argv = compile_argv(program, opt, artifact, lm=lm, index=index)
+                argv = compile_argv(program, opt, artifact, lm=lm, index=index,
+                                    threads=threads)
                 log("ambiqa " + " ".join(argv))
                 cmd_compile(parser.parse_args(argv))
             out = root / COMPILED_DIR / name

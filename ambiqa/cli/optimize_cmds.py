@@ -47,7 +47,8 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
              allow_eval_splits: bool = False) -> tuple[Any, dict[str, Any]]:
     """Compile, score on dev, save: shared by ``compile`` and ``demo``.
 
-    ``options``: extra teleprompter settings (num_candidates, mipro_trials, knn_pool).
+    ``options``: extra teleprompter settings (num_candidates, mipro_trials, knn_pool,
+    threads); ``threads`` also sets the questions in flight while scoring on dev.
     """
     import dspy
 
@@ -81,7 +82,8 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
         scores["train_note"] = "held-out part of the training split"
     if devset is not None:
         console.print(f"scoring on {dev_spec} ({len(devset)} examples)")
-        summary = evaluate(compiled, devset, metric_fns([metric], reader), progress=False)
+        summary = evaluate(compiled, devset, metric_fns([metric], reader), progress=False,
+                           threads=(options or {}).get("threads", 1))
         scores["dev"] = summary["metrics"][metric]["mean"]
         scores["dev_n"] = summary["n"]
     settings = {k_: v for k_, v in report.settings.items() if v is not None}
@@ -161,7 +163,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     config = program_config(args)
     options = {"num_candidates": args.num_candidates, "mipro_trials": args.mipro_trials,
                "knn_pool": args.knn_pool, "knn_gold_only": args.knn_gold_only,
-               "n_val": args.n_val}
+               "n_val": args.n_val, "threads": args.threads}
     if args.dry_run:
         est = _dry_run(args.program, train, metric, reader_from_args(args), retriever, config,
                        args.sample, n_val_limit=args.n_val, optimizer=args.optimizer,
@@ -377,6 +379,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bootstrap-rs candidate sets / mipro instruction candidates")
     p.add_argument("--mipro-trials", type=int, default=4)
     p.add_argument("--knn-pool", type=int, default=8, help="knn: demos kept per predictor")
+    p.add_argument("--threads", type=int, default=1,
+                   help="training questions answered at once while bootstrapping, and dev "
+                        "questions in flight (2 uses the embedded LM's 2 slots; DSPy's "
+                        "bootstrap loop and where it stops are unchanged)")
     p.add_argument("--knn-gold-only", action="store_true",
                    help="knn: pool only the training split's labelled demos (no bootstrap, no "
                         "LM call) -- ToC's nearest-neighbour exemplars")

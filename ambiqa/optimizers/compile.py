@@ -46,7 +46,9 @@ from typing import Any
 
 import dspy
 
+from ambiqa.checks import check_int
 from ambiqa.errors import AmbiqaError, ConfigError, ModelError
+from ambiqa.optimizers.ahead import AheadBootstrapFewShot
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.demos import labeled_demos
 from ambiqa.optimizers.recipes import TELEPROMPTERS, check_teleprompter, split_train
@@ -154,13 +156,17 @@ def fill_missing_demos(compiled: dspy.Module, teacher: dspy.Module) -> None:
 def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int, seed: int,
               threshold: float | None = None, max_rounds: int = 1,
               budget: Budget | None = None, pools: dict[str, list[Any]] | None = None,
-              fill: bool = True, teacher_k: int | None = None) -> dspy.Module:
+              fill: bool = True, teacher_k: int | None = None,
+              threads: int = 1) -> dspy.Module:
     """BootstrapFewShot with a gold-demo teacher, shuffled by ``seed``, budget-aware.
 
     ``k`` traces are kept per predictor; the teacher that makes them shows ``teacher_k``
     gold demos per call (default ``k``). knn collects a larger pool than it shows, and a
-    teacher showing the whole pool would not fit a small model's context.
+    teacher showing the whole pool would not fit a small model's context. ``threads`` > 1
+    answers that many training questions at once (:mod:`ambiqa.optimizers.ahead`); the loop,
+    and so the traces kept, stay DSPy's.
     """
+
     if metric is None:
         raise ConfigError("bootstrapping needs a metric (e.g. --metric d-f1)")
     pools = labeled_demos(trainset) if pools is None else pools
@@ -171,8 +177,8 @@ def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int,
         score = metric(example, pred, trace)
         return score >= threshold if threshold is not None else score > 0
 
-    tp = dspy.BootstrapFewShot(metric=passes, max_bootstrapped_demos=k, max_labeled_demos=0,
-                               max_rounds=max_rounds)
+    tp = AheadBootstrapFewShot(metric=passes, max_bootstrapped_demos=k, max_labeled_demos=0,
+                               max_rounds=max_rounds, threads=threads)
     shuffled = list(trainset)
     random.Random(seed).shuffle(shuffled)
     if budget is not None:
@@ -211,7 +217,8 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     mipro_trials: int = 4,
                     n_val: int | None = None, train_spec: str | None = None,
                     devset: list[Any] | None = None, dev_spec: str | None = None,
-                    allow_eval_splits: bool = False) -> tuple[dspy.Module, CompileReport]:
+                    allow_eval_splits: bool = False,
+                    threads: int = 1) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
 
     ``trainset`` must come from a training split: examples loaded from a dev/test split
@@ -220,10 +227,13 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     report's ``data_guard`` then records it for the manifest). ``valset`` (bootstrap-rs,
     mipro) defaults to a held-out third of the training set, at most ``n_val`` questions
     (each candidate is scored on all of them); a given ``valset`` is checked like the
-    training set, since searching on it is training on it."""
+    training set, since searching on it is training on it. ``threads``: training questions
+    answered at once while bootstrapping (bootstrap, bootstrap-rs, knn), for an LM that serves
+    several calls at once."""
     from ambiqa.optimizers.splits import check_training_data
 
     check_teleprompter(optimizer)
+    check_int("threads", threads, 1)
     if not trainset:
         raise ConfigError("the training set is empty")
     guard = check_training_data([*trainset, *(valset or [])], spec=train_spec, devset=devset,
@@ -251,11 +261,12 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             apply_labeled(compiled, pools, k, seed)
         elif optimizer == "bootstrap":
             compiled = bootstrap(program, trainset, safe, k=k, seed=seed, threshold=threshold,
-                                 max_rounds=max_rounds, budget=budget)
+                                 max_rounds=max_rounds, budget=budget, threads=threads)
         elif optimizer == "bootstrap-rs":
             compiled = _random_search(program, trainset, valset, safe, report, k=k, seed=seed,
                                       threshold=threshold, max_rounds=max_rounds,
-                                      num_candidates=num_candidates, budget=budget)
+                                      num_candidates=num_candidates, budget=budget,
+                                      threads=threads)
         elif optimizer == "knn":
             from ambiqa.optimizers.knn import install_knn
 
@@ -264,7 +275,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             if safe is not None and not knn_gold_only:
                 compiled = bootstrap(program, trainset, safe, k=knn_pool, seed=seed,
                                      threshold=threshold, max_rounds=max_rounds, budget=budget,
-                                     pools=pools, fill=False, teacher_k=k)
+                                     pools=pools, fill=False, teacher_k=k, threads=threads)
             else:
                 compiled = program.deepcopy()
                 for _, p in compiled.named_predictors():
@@ -292,7 +303,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
 def _random_search(program: dspy.Module, trainset: list[Any], valset: list[Any] | None,
                    metric: SafeMetric | None, report: CompileReport, *, k: int, seed: int,
                    threshold: float | None, max_rounds: int, num_candidates: int,
-                   budget: Budget) -> dspy.Module:
+                   budget: Budget, threads: int = 1) -> dspy.Module:
     if metric is None:
         raise ConfigError("bootstrap-rs needs a metric (e.g. --metric d-f1)")
     if valset is None:
@@ -315,7 +326,7 @@ def _random_search(program: dspy.Module, trainset: list[Any], valset: list[Any] 
             else:
                 cand = bootstrap(program, trainset, metric, k=size, seed=cand_seed,
                                  threshold=threshold, max_rounds=max_rounds, budget=budget,
-                                 pools=pools)
+                                 pools=pools, threads=threads)
                 budget.check()
             result = score_program(cand, valset, metric, budget)
         except BudgetExhausted:

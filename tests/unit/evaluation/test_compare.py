@@ -416,8 +416,10 @@ def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path, ben
     parser = build_parser()
     for program, opt, n in cm.COMPILE_PLAN:
         args = parser.parse_args(cm.compile_argv(program, opt, tmp_path / "a.json",
-                                                 lm="embedded", index="dense:wiki-dense"))
+                                                 lm="embedded", index="dense:wiki-dense",
+                                                 threads=2))
         assert args.optimizer == cm.COMPILE_OPTIMIZER.get(opt, opt)
+        assert args.threads == 2
         assert args.k == 2
         assert ":train" in (args.train or get_recipe(program).train)
         assert n <= cm.PLAN["asqa"].programs[program]  # paired with the zero-shot row
