@@ -16,8 +16,8 @@ training order.
 "Minus the question's own" is also a fix, with any ``threads``: DSPy leaves out a demo *equal*
 to the training example, and ambiqa's gold demos never are (they are built from an example,
 with other fields), so a teacher asked about one of its own demo questions was shown the gold
-answer. None of the compiles in BENCHMARKS.md met that case (no demo question came up before
-their loops stopped).
+answer. The bootstrap and knn compiles of BENCHMARKS.md's evidence section never met that
+case (checked: no question of the teacher's demos came up before their loops stopped).
 
 The price: when the loop stops (enough traces, or the ``--max-lm-calls`` budget), the questions
 already answered past that point were spent for nothing -- at most ``threads - 1`` questions'
