@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ambiqa.checks import check_int
 from ambiqa.cli.common import (
     READER_HELP,
     add_index_args,
@@ -154,6 +155,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     train = args.train or recipe.train
     metric = args.metric or recipe.metric
     _require_training(train, args.allow_eval_splits)
+    check_int("--threads", args.threads, 1)  # before any model loads
     if args.dev:
         from ambiqa.data import parse_spec
 

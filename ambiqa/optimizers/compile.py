@@ -163,10 +163,9 @@ def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int,
     ``k`` traces are kept per predictor; the teacher that makes them shows ``teacher_k``
     gold demos per call (default ``k``). knn collects a larger pool than it shows, and a
     teacher showing the whole pool would not fit a small model's context. ``threads`` > 1
-    answers that many training questions at once (:mod:`ambiqa.optimizers.ahead`); the loop,
-    and so the traces kept, stay DSPy's.
+    answers that many training questions at once; the loop stays DSPy's, and the teacher never
+    shows a question its own gold demo (:mod:`ambiqa.optimizers.ahead`).
     """
-
     if metric is None:
         raise ConfigError("bootstrapping needs a metric (e.g. --metric d-f1)")
     pools = labeled_demos(trainset) if pools is None else pools

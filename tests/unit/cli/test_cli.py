@@ -19,6 +19,7 @@ from ambiqa.cli import EXIT_USER_ERROR, main
     (["compile", "vanila_rag", "--train", "asqa:train"], "did you mean 'vanilla_rag'"),
     (["compile", "vanilla_rag", "--train", "asqa:dev"], "not a training split"),
     (["compile", "vanilla_rag", "--train", "nosuchset:train"], "unknown"),
+    (["compile", "vanilla_rag", "--threads", "0"], "--threads must be a positive integer"),
     (["evaluate", "vanilla_rag", "--data", "asqa:nosplit", "--out", "runs/x"], "asqa"),
     (["index", "no/such/corpus.jsonl", "--name", "x"], "not found"),
     (["ask", "Who?", "--program", "vanilla_rag", "--index", "no-such-index",
