@@ -3,7 +3,10 @@
 The same N ASQA-train questions (the first N usable ones, in the compile's seed-0 order) are
 bootstrapped once per ``--threads`` value, one run after the other on the same warm model, with
 the LM response cache off so every call is computed, and with as many traces wanted as there
-are questions (``k`` = N), so every run walks all N questions and none stops early. Each run
+are questions (``k`` = N), so every run walks all N questions and none stops early; the
+teacher shows the compile's default 2 gold demos per call, as ``--k 2`` does (a teacher showing
+N long ASQA demos overflows the 1.5B's 4k context: the first version of this script did that,
+and its runs measured failing calls). A run with any LM error is refused, not reported. Each run
 is its own process: a run in the same process would find the previous run's prompts in the
 engine's prompt cache (measured: 2 computed prompt tokens instead of 1,508). Per run:
 wall seconds, LM calls, computed prompt and output tokens, traces kept, and whether the kept
@@ -38,6 +41,7 @@ import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before DSPy
 from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
 
 OUT = HERE / "results" / "compile_threads"
+TEACHER_K = 2  # gold demos the teacher shows per call: the evidence compiles' --k 2
 
 
 def demos_digest(program: Any) -> str:
@@ -49,19 +53,28 @@ def demos_digest(program: Any) -> str:
 
 def measure(program: Any, trainset: list[Any], metric: Any, threads: int) -> dict[str, Any]:
     """Bootstrap ``program`` on all of ``trainset`` with ``threads`` questions in flight."""
-    from ambiqa.optimizers.compile import compile_program
+    from ambiqa.optimizers.compile import bootstrap
+    from ambiqa.tracing import track
 
     start = time.perf_counter()
-    compiled, report = compile_program(program, trainset, optimizer="bootstrap", metric=metric,
-                                       k=len(trainset), threads=threads)
+    with track() as trace:
+        compiled = bootstrap(program, trainset, metric, k=len(trainset), seed=0,
+                             teacher_k=TEACHER_K, threads=threads)
+    cost = trace.summary()
     traces = sum(1 for _, p in compiled.named_predictors() for d in p.demos
                  if d.get("augmented"))  # not the gold demos a predictor without one keeps
     return {"threads": threads, "questions": len(trainset),
             "wall_s": round(time.perf_counter() - start, 1),
-            "lm_calls": report.cost["lm_calls"],
-            "computed_tokens": report.cost["computed_tokens"],
-            "output_tokens": report.cost["output_tokens"],
+            "lm_calls": cost["lm_calls"], "lm_errors": cost["lm_errors"],
+            "computed_tokens": cost["computed_tokens"],
+            "output_tokens": cost["output_tokens"],
             "traces_kept": traces, "demos": demos_digest(compiled)}
+
+
+def failed_runs(runs: list[dict[str, Any]]) -> list[str]:
+    """Why each run with LM errors is no measurement (its questions stopped at the error)."""
+    return [f"--threads {r['threads']}: {r['lm_errors']} LM call(s) failed"
+            for r in runs if r.get("lm_errors")]
 
 
 def render(result: dict[str, Any]) -> str:
@@ -134,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         runs.append(json.loads(lines[-1]))
         print(lines[-1], flush=True)
+    if problems := failed_runs(runs):
+        print("not written: " + "; ".join(problems) + " (see the run's log: a context "
+              "overflow or a dead engine measures failures, not a compile)", file=sys.stderr)
+        return 1
     result = {"program": args.program, "n": args.n, "lm": args.lm, "index": args.index,
               "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "command": "python benchmarks/compile_threads.py " + shlex.join(

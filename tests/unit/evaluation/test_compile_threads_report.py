@@ -30,3 +30,10 @@ def test_table_gives_each_run_its_speed_up_over_the_first_and_says_where_traces_
     assert rows[0].split(" | ")[:5] == ["| 1", "4", "400", "100", "1.00×"]
     assert rows[1].split(" | ")[:5] == ["| 2", "4", "250", "62", "1.60×"]
     assert rows[0].endswith("| yes |") and rows[1].endswith("| no |")
+
+
+def test_a_run_with_failed_lm_calls_is_refused_and_says_which(benchmark_script):
+    ct = benchmark_script("compile_threads")
+    runs = [{"threads": 1, "lm_errors": 0}, {"threads": 2, "lm_errors": 6}]
+    assert ct.failed_runs(runs) == ["--threads 2: 6 LM call(s) failed"]
+    assert ct.failed_runs(runs[:1]) == []
