@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(program, trainset, metric, args.single)), flush=True)
         return 0
 
-    runs = []
+    runs, stderr = [], {}
     for threads in counts:  # a fresh process each: no prompt cache carried between runs
         cmd = [sys.executable, str(Path(__file__).resolve()), "--program", args.program,
                "--n", str(args.n), "--lm", args.lm, "--index", args.index,
@@ -146,10 +146,14 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         runs.append(json.loads(lines[-1]))
+        stderr[threads] = done.stderr
         print(lines[-1], flush=True)
     if problems := failed_runs(runs):
-        print("not written: " + "; ".join(problems) + " (see the run's log: a context "
-              "overflow or a dead engine measures failures, not a compile)", file=sys.stderr)
+        for run in runs:
+            if run.get("lm_errors"):
+                print(stderr[run["threads"]][-2000:], file=sys.stderr)
+        print("not written: " + "; ".join(problems) + " (a context overflow or a dead engine "
+              "measures failures, not a compile; the errors are above)", file=sys.stderr)
         return 1
     result = {"program": args.program, "n": args.n, "lm": args.lm, "index": args.index,
               "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
