@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(program, trainset, metric, args.single)), flush=True)
         return 0
 
-    runs, stderr = [], {}
+    runs = []
     for threads in counts:  # a fresh process each: no prompt cache carried between runs
         cmd = [sys.executable, str(Path(__file__).resolve()), "--program", args.program,
                "--n", str(args.n), "--lm", args.lm, "--index", args.index,
@@ -145,16 +145,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the run with --threads {threads} failed (exit {done.returncode})",
                   file=sys.stderr)
             return 1
-        runs.append(json.loads(lines[-1]))
-        stderr[threads] = done.stderr
         print(lines[-1], flush=True)
-    if problems := failed_runs(runs):
-        for run in runs:
-            if run.get("lm_errors"):
-                print(stderr[run["threads"]][-2000:], file=sys.stderr)
-        print("not written: " + "; ".join(problems) + " (a context overflow or a dead engine "
-              "measures failures, not a compile; the errors are above)", file=sys.stderr)
-        return 1
+        run = json.loads(lines[-1])
+        if problems := failed_runs([run]):  # stop here: later runs would cost for nothing
+            print(done.stderr[-2000:], file=sys.stderr)
+            print("not written: " + "; ".join(problems) + " (a context overflow or a dead "
+                  "engine measures failures, not a compile; the errors are above)",
+                  file=sys.stderr)
+            return 1
+        runs.append(run)
     result = {"program": args.program, "n": args.n, "lm": args.lm, "index": args.index,
               "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "command": "python benchmarks/compile_threads.py " + shlex.join(
