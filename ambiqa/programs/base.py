@@ -15,6 +15,7 @@ validates the question and adds the trace.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, ClassVar
 
@@ -139,6 +140,18 @@ class AmbiqaProgram(dspy.Module):
         out["passages"] = [p.to_dict() if isinstance(p, Passage) else p for p in out["passages"]]
         out["trace"] = trace.summary()
         return dspy.Prediction(**out)
+
+    async def aforward(self, question: str) -> dspy.Prediction:
+        """``await prog.acall(question=...)`` and ``dspy.asyncify(prog)`` support.
+
+        Every ambiqa program's steps are synchronous (small local models and retrievers are
+        the common case, and the programs already fan out their independent calls through
+        :func:`ambiqa.parallel.run_parallel`), so the async path runs :meth:`forward` in a
+        worker thread instead of blocking the event loop. ``asyncio.to_thread`` copies the
+        caller's context, so ``dspy.context(lm=...)`` overrides, the callbacks a user
+        installed and an enclosing :func:`ambiqa.tracing.track` all apply inside it.
+        """
+        return await asyncio.to_thread(self.forward, question)
 
 
 def safe_step(step: str, fn, default):
