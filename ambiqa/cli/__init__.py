@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from ambiqa.cli import eval_cmds, optimize_cmds, reader_cmds, retrieval_cmds, run_cmds
+from ambiqa.cli import eval_cmds, optimize_cmds, reader_cmds, retrieval_cmds, run_cmds, scale_cmds
 from ambiqa.errors import AmbiqaError
 
 EXIT_USER_ERROR = 2
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "multi-hop retrieval-augmented QA with DSPy programs")
     parser.add_argument("--version", action="version", version="ambiqa 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (retrieval_cmds, optimize_cmds, eval_cmds, run_cmds, reader_cmds):
+    for module in (retrieval_cmds, optimize_cmds, eval_cmds, run_cmds, reader_cmds, scale_cmds):
         module.register(sub)
     return parser
 

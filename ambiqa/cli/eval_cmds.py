@@ -67,6 +67,7 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
     its runs carry exactly the RunSpec the CLI writes. ``lm`` / ``retriever`` replace the
     ones the arguments name (tests pass a scripted LM and an in-memory retriever)."""
     from ambiqa.data import load_dataset
+    from ambiqa.evaluation.merge import part_of
     from ambiqa.evaluation.registry import judge_name
     from ambiqa.evaluation.runner import (
         RunSpec,
@@ -87,14 +88,14 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
     if not _is_artifact(args.target):
         program_class(args.target)  # a typo fails here, with the nearest name
     config = program_config(args)
-    examples = load_dataset(args.data)
+    examples, part = part_of(load_dataset(args.data), getattr(args, "part", None))
     out = Path(args.out)
     artifact_sha = _artifact_sha256(args.target)
     index = getattr(args, "index", None)
     # the settings known before any model loads are checked now; reader and judge below
     draft = RunSpec(program=args.target, data=args.data, metrics=names, lm=args.lm,
                     index=index, program_config=config or None,
-                    artifact_sha256=artifact_sha)
+                    artifact_sha256=artifact_sha, extra=part)
     check_run_dir(out, draft, args.resume,
                   skip=frozenset({"reader", "judge", "index_fingerprint"}))
     ensure_writable_dir(out)
@@ -116,7 +117,7 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
                    reader=getattr(reader, "name", None), lm=args.lm,
                    index=index, program_config=config or None,
                    judge=judge_name(names), artifact_sha256=artifact_sha,
-                   index_fingerprint=_fingerprint(program))
+                   index_fingerprint=_fingerprint(program), extra=part)
     summary = evaluate(program, examples, metrics, out_dir=out, spec=spec,
                        resume=args.resume, threads=args.threads,
                        max_error_rate=args.max_error_rate, timeout_s=args.timeout_s,
@@ -194,6 +195,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reader", default=None,
                    help=READER_HELP)
     p.add_argument("--program-config", default=None)
+    p.add_argument("--part", default=None, metavar="I/N",
+                   help="evaluate only the I-th of N contiguous slices of --data "
+                        "(one per machine; join them with `ambiqa merge`)")
     add_index_args(p)
     add_lm_args(p)
     p.set_defaults(fn=cmd_evaluate)

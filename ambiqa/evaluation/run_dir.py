@@ -204,7 +204,7 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
 RESUME_FIELDS: dict[str, str] = {
     "lm": "LM", "reader": "reader", "index": "index", "index_fingerprint": "index fingerprint",
     "program_config": "program config", "artifact_sha256": "artifact hash",
-    "metrics": "metric set", "judge": "judge",
+    "metrics": "metric set", "judge": "judge", "part": "part (--part I/N)",
 }
 #: fields older ambiqa versions did not record: a stored "none" there proves nothing either
 #: way, so it is accepted (and the resumed run records the value)

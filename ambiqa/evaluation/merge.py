@@ -1,0 +1,231 @@
+"""Evaluation across machines: deterministic parts of one run, and merging them back.
+
+``ambiqa evaluate ... --part I/N`` evaluates the I-th of N contiguous, near-equal slices of
+the examples the data spec names (:func:`part_bounds`). The slice depends only on the example
+count and ``I/N``, so N machines given the same command with ``--part 1/N`` .. ``N/N`` cover
+every question exactly once. Each part records ``part`` (``"I/N"``) and ``part_ids`` (its
+example ids, in data order) in its ``run.json``; ``part`` is a resume setting, so a part
+never resumes into another part's directory.
+
+``ambiqa merge RUN_DIR... --out DIR`` (:func:`merge_runs`) refuses parts whose ``run.json``
+differ in anything but the part (naming each difference), parts of different N, missing or
+repeated parts, rows outside a part's slice, overlapping rows and unfinished parts. It then
+writes one run directory whose ``run.json`` is the one a single process would have written
+and whose ``results.jsonl`` holds the rows in data order, so the summary (headline means,
+bootstrap intervals — they resample rows in order — and cost) equals that of a
+single-process run on the same questions; only wall-clock timings differ. Where the parts
+came from is recorded in ``merge.json`` beside them, not in ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.evaluation.run_dir import ResultsFile, ensure_writable_dir, write_error
+from ambiqa.fsutil import atomic_write_json, atomic_write_text
+
+__all__ = ["PART_KEYS", "PartSpec", "merge_runs", "parse_part", "part_bounds", "part_of",
+           "part_slice"]
+
+#: run.json keys that differ between parts by design (everything else must be equal)
+PART_KEYS = frozenset({"part", "part_ids"})
+
+_PART_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """The I-th (1-based) of N parts."""
+
+    index: int
+    of: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.of}"
+
+
+def parse_part(text: str) -> PartSpec:
+    """``"2/4"`` -> ``PartSpec(2, 4)``; a malformed or out-of-range part is a ConfigError."""
+    m = _PART_RE.match(str(text))
+    if not m:
+        raise ConfigError(f"--part {text!r} is not of the form I/N",
+                          hint="e.g. --part 1/4 (the first of four parts)")
+    index, of = int(m.group(1)), int(m.group(2))
+    if of < 1 or not 1 <= index <= of:
+        raise ConfigError(f"--part {text}: I must be within 1..N and N at least 1",
+                          hint=f"use --part 1/{max(of, 1)} .. {max(of, 1)}/{max(of, 1)}")
+    return PartSpec(index, of)
+
+
+def part_bounds(n: int, part: PartSpec) -> tuple[int, int]:
+    """``[start, end)`` of ``part`` among ``n`` examples: contiguous, sizes differ by <= 1.
+
+    Contiguous (not interleaved) so a part is a question range a person can name, and the
+    parts' rows concatenated in part order are the data order.
+    """
+    return (part.index - 1) * n // part.of, part.index * n // part.of
+
+
+def part_slice(examples: list[Any], part: PartSpec) -> list[Any]:
+    """The examples of ``part`` (a new list; example ids are unchanged)."""
+    start, end = part_bounds(len(examples), part)
+    return examples[start:end]
+
+
+def part_of(examples: list[Any], text: str | None) -> tuple[list[Any], dict[str, Any]]:
+    """``(examples of part text, run.json additions)``; ``(examples, {})`` without a part.
+
+    Every example must carry its own id: a part's rows are matched to the other parts' by
+    id, and a position-based fallback id would restart at 0 in every part.
+    """
+    if not text:
+        return examples, {}
+    part = parse_part(text)
+    chosen = part_slice(examples, part)
+    ids = [getattr(ex, "id", None) for ex in chosen]
+    if any(i in (None, "") for i in ids):
+        raise ConfigError(f"--part {part}: these examples have no ids, so parts could not be "
+                          "merged", hint="evaluate a data set whose examples carry ids")
+    return chosen, {"part": str(part), "part_ids": [str(i) for i in ids]}
+
+
+@dataclass
+class _Part:
+    path: Path
+    meta: dict[str, Any]
+    part: PartSpec
+    ids: list[str]
+    rows: list[dict[str, Any]]
+
+
+def _read_part(path: Path) -> _Part:
+    path = Path(path)
+    meta_path = path / "run.json"
+    if not path.is_dir() or not meta_path.is_file():
+        raise ConfigError(f"{path} is not a run directory (no run.json)",
+                          hint="pass directories written by `ambiqa evaluate --part I/N`")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{meta_path} is unreadable ({exc}); refusing to merge") from exc
+    if not isinstance(meta, dict) or "part" not in meta:
+        raise ConfigError(f"{path} was not run with --part (its run.json has no 'part')",
+                          hint="merge only runs made with `ambiqa evaluate --part I/N`")
+    part = parse_part(str(meta["part"]))
+    ids = meta.get("part_ids")
+    if not isinstance(ids, list):
+        raise ArtifactError(f"{meta_path} has 'part' but no 'part_ids' list; refusing to "
+                            "merge a part whose questions are unknown")
+    return _Part(path, meta, part, [str(i) for i in ids],
+                 ResultsFile(path / "results.jsonl").read())
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else json.dumps(value, sort_keys=True)
+
+
+def _differences(parts: list[_Part]) -> list[str]:
+    """Each run.json key (other than the part) whose value differs, with every part's value."""
+    keys = sorted({k for p in parts for k in p.meta} - PART_KEYS)
+    out = []
+    for key in keys:
+        values = [p.meta.get(key) for p in parts]
+        if key == "metrics":
+            values = [sorted(v or []) for v in values]
+        if any(v != values[0] for v in values[1:]):
+            shown = ", ".join(f"part {p.part} ({p.path}) {_show(v)}"
+                              for p, v in zip(parts, values, strict=True))
+            out.append(f"{key}: {shown}")
+    return out
+
+
+def _check(parts: list[_Part], allow_unfinished: bool) -> None:
+    if not parts:
+        raise ConfigError("nothing to merge", hint="pass the run directories of every part")
+    diffs = _differences(parts)
+    if diffs:
+        raise ConfigError("refusing to merge parts whose run.json differ: " + "; ".join(diffs),
+                          hint="merge parts of one command run with the same settings")
+    ns = sorted({p.part.of for p in parts})
+    if len(ns) > 1:
+        raise ConfigError(f"parts split the questions differently (N = {ns})",
+                          hint="merge parts made with the same --part I/N denominator")
+    n = ns[0]
+    seen: dict[int, Path] = {}
+    for p in parts:
+        if p.part.index in seen:
+            raise ConfigError(f"part {p.part} given twice: {seen[p.part.index]} and {p.path}",
+                              hint="pass each part's directory once")
+        seen[p.part.index] = p.path
+    missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in seen]
+    if missing:
+        raise ConfigError(f"missing part(s) {', '.join(missing)}",
+                          hint="run them with --part and merge all N parts")
+    owner: dict[str, PartSpec] = {}
+    for p in parts:
+        for qid in p.ids:
+            if qid in owner:
+                raise ConfigError(f"question {qid} is in part {owner[qid]} and part {p.part}",
+                                  hint="the parts overlap; were they run on the same data?")
+            owner[qid] = p.part
+    for p in parts:
+        mine = set(p.ids)
+        stray = [str(r["id"]) for r in p.rows if str(r["id"]) not in mine]
+        if stray:
+            where = {owner.get(s) for s in stray}
+            raise ConfigError(
+                f"{p.path} (part {p.part}) holds {len(stray)} row(s) outside its slice "
+                f"(e.g. {stray[0]}, "
+                + (f"which belongs to part {where.pop()})" if len(where) == 1
+                   and None not in where else "not in any part)"),
+                hint="the parts overlap; re-run that part into a fresh --out")
+        if not allow_unfinished:
+            done = {str(r["id"]) for r in p.rows}
+            todo = [i for i in p.ids if i not in done]
+            if todo:
+                raise ConfigError(
+                    f"part {p.part} ({p.path}) is unfinished: {len(todo)} of {len(p.ids)} "
+                    f"questions have no row (e.g. {todo[0]})",
+                    hint=f"finish it with `ambiqa evaluate ... --part {p.part} --resume`, "
+                         "or pass --allow-unfinished to merge what exists")
+
+
+def merge_runs(run_dirs: list[str | Path], out_dir: str | Path, *,
+               allow_unfinished: bool = False, plots: bool = True) -> dict[str, Any]:
+    """Merge the N parts of one evaluation into ``out_dir``; return its summary.
+
+    ``out_dir`` must be new or empty: a merge never overwrites a run. See the module
+    docstring for what is refused and what is written.
+    """
+    from ambiqa.evaluation.report import write_run_report
+
+    parts = sorted((_read_part(Path(d)) for d in run_dirs), key=lambda p: p.part.index)
+    _check(parts, allow_unfinished)
+    out = Path(out_dir)
+    if any(out.resolve() == p.path.resolve() for p in parts):
+        raise ConfigError(f"--out {out} is one of the parts", hint="choose a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} already exists and is not empty",
+                          hint="choose a new directory; a merge never overwrites a run")
+    ensure_writable_dir(out)
+    rows: list[dict[str, Any]] = []
+    for p in parts:  # part order, then data order within each part = data order
+        by_id = {str(r["id"]): r for r in p.rows}
+        rows.extend(by_id[i] for i in p.ids if i in by_id)
+    meta = {k: v for k, v in parts[0].meta.items() if k not in PART_KEYS}
+    provenance = {"parts": [{"part": str(p.part), "run_dir": str(p.path),
+                             "questions": len(p.ids), "rows": len(p.rows)} for p in parts],
+                  "rows": len(rows), "questions": sum(len(p.ids) for p in parts)}
+    try:
+        atomic_write_json(out / "run.json", meta)
+        atomic_write_text(out / "results.jsonl",
+                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        atomic_write_json(out / "merge.json", provenance)
+    except OSError as exc:
+        raise write_error(out, exc) from exc
+    return write_run_report(out, plots=plots)
