@@ -4,9 +4,11 @@ Why a single recorder: the papers compare methods by LM calls, tokens and retrie
 much as by quality (Diva Fig. 1, ToC's cost discussion), so every program must report them the
 same way, whatever the LM backend. Records flow like this:
 
-* a DSPy callback (:class:`TraceCallback`, installed by :func:`ambiqa.lm.configure`) sees every
-  ``dspy.LM`` call, whichever engine serves it, and records tokens, latency, finish reason and
-  the signature of the predictor that made the call;
+* a DSPy callback (:class:`TraceCallback`) sees every ``dspy.LM`` call, whichever engine
+  serves it, and records tokens, latency, finish reason and the signature of the predictor
+  that made the call. :func:`ambiqa.lm.configure` installs it; a program called under a plain
+  ``dspy.configure(lm=...)`` adds it for the length of the call (:func:`ensure_tracing`),
+  always *beside* the callbacks the user installed (MLflow, Langfuse...), never instead;
 * retrievers call :func:`record_retrieval` for every search;
 * programs mark degraded steps with :func:`record_event`;
 * the LM layer and the passage formatting count what they cut (output caps, passage budgets)
@@ -299,7 +301,13 @@ class UsageTap:
     nothing); the tap parks it in a thread-local that :meth:`TraceCallback.on_lm_end` reads.
     """
 
+    def __init__(self, inner: Any = None) -> None:
+        #: a usage tracker the user installed (``dspy.track_usage``): it still gets every usage
+        self.inner = inner
+
     def add_usage(self, model: str, usage: dict[str, Any]) -> None:
+        if self.inner is not None:
+            self.inner.add_usage(model, usage)
         usage = dict(usage or {})
         tin = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
         tout = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
@@ -309,6 +317,12 @@ class UsageTap:
 
     def __deepcopy__(self, memo: dict) -> UsageTap:  # DSPy's parallelizer deep-copies trackers
         return self
+
+    def __getattr__(self, attr: str) -> Any:  # the user's tracker's own API (get_total_tokens)
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(attr)
+        return getattr(inner, attr)
 
 
 def note_max_tokens(cap: int) -> None:
@@ -383,3 +397,50 @@ class TraceCallback(BaseCallback):
             kind="parse", module=_MODULE.get() or "direct", error=type(exception).__name__,
             detail=f"{adapter} could not parse the reply: {str(exception)[:160]}",
             start=now, end=now))
+
+
+_DEFAULT_CALLBACK: TraceCallback | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_callback() -> TraceCallback:
+    """The process-wide :class:`TraceCallback` (one instance, so records are never doubled)."""
+    global _DEFAULT_CALLBACK
+    with _DEFAULT_LOCK:
+        if _DEFAULT_CALLBACK is None:
+            _DEFAULT_CALLBACK = TraceCallback()
+        return _DEFAULT_CALLBACK
+
+
+def tracing_installed() -> bool:
+    """Whether DSPy's current settings already carry a :class:`TraceCallback` and tap."""
+    import dspy
+
+    callbacks = dspy.settings.get("callbacks") or []
+    return (any(isinstance(cb, TraceCallback) for cb in callbacks)
+            and isinstance(dspy.settings.get("usage_tracker"), UsageTap))
+
+
+@contextlib.contextmanager
+def ensure_tracing() -> Iterator[bool]:
+    """Make ambiqa's cost tracing active for the block, beside whatever the user installed.
+
+    Under :func:`ambiqa.configure` nothing changes. Under a plain ``dspy.configure(lm=...)``
+    the block runs in a ``dspy.context`` whose callbacks are the user's callbacks *plus*
+    :func:`default_callback` (never instead of them), and whose usage tracker is a
+    :class:`UsageTap` that forwards every usage to the user's own tracker, if any. Yields
+    whether tracing had to be added. ``dspy.context`` may be entered from any thread, so this
+    works inside worker threads and ``acall`` too.
+    """
+    if tracing_installed():
+        yield False
+        return
+    import dspy
+
+    callbacks = list(dspy.settings.get("callbacks") or [])
+    if not any(isinstance(cb, TraceCallback) for cb in callbacks):
+        callbacks.append(default_callback())
+    tracker = dspy.settings.get("usage_tracker")
+    tap = tracker if isinstance(tracker, UsageTap) else UsageTap(tracker)
+    with dspy.context(callbacks=callbacks, usage_tracker=tap):
+        yield True

@@ -2,8 +2,9 @@
 
 ``load_dataset("asqa:train:50")`` resolves a spec against the data root (``$AMBIQA_DATA`` or
 ``../shared/data``); ``load_asqa(path)`` and its siblings read one file in a released format;
-``iter_corpus(path)`` streams a passage corpus. ``demo:train`` / ``demo:dev`` and
-:func:`demo_corpus_path` give the small set bundled with ambiqa.
+``iter_corpus(path)`` streams a passage corpus (JSONL, CSV/TSV, a folder of .txt/.md files,
+Parquet); ``jsonl:PATH`` reads a user's own questions (:mod:`ambiqa.data.loaders.plain`).
+``demo:train`` / ``demo:dev`` and :func:`demo_corpus_path` give the small set bundled with ambiqa.
 """
 
 from ambiqa.data.corpus import corpus_fingerprint, iter_corpus, load_corpus
@@ -14,10 +15,12 @@ from ambiqa.data.loaders import (
     load_ambignq,
     load_asqa,
     load_hotpotqa,
+    load_jsonl,
     load_nq,
     load_situatedqa,
     load_triviaqa,
     load_webq,
+    metrics_for,
 )
 from ambiqa.data.specs import (
     DATASETS,
@@ -46,10 +49,12 @@ __all__ = [
     "load_dataset",
     "load_demo",
     "load_hotpotqa",
+    "load_jsonl",
     "load_nq",
     "load_situatedqa",
     "load_triviaqa",
     "load_webq",
+    "metrics_for",
     "parse_spec",
     "resolve_path",
 ]

@@ -1,128 +1,340 @@
-"""Retrieval corpora: JSON Lines passages ``{"id", "title", "text"}`` → :class:`Passage`.
+"""Retrieval corpora as users have them → :class:`Passage` streams.
 
-A real corpus (a Wikipedia dump: ~21M passages) does not fit in memory as objects, so
-:func:`iter_corpus` streams it; index builders consume the stream. ``.jsonl.gz`` files and
-DPR's ``psgs_w100.tsv`` layout (``id<TAB>text<TAB>title`` with a header line) work the same.
+Accepted formats (chosen by the path: a folder, or the file's ending; ``.gz`` is read on the fly):
+
+**JSON Lines** (``.jsonl``, ``.ndjson``) -- one object per line with the text in ``text`` or
+``contents`` (FlashRAG); ``title`` and ``id`` are optional::
+
+    {"id": "p1", "title": "Paris", "text": "Paris is the capital of France."}
+    {"contents": "Lyon is a city in France."}
+    {"title": "Nice", "text": "Nice is on the Riviera."}
+
+**CSV / TSV** (``.csv``, ``.tsv``) -- a header line naming the columns; the text column is
+``text``, ``contents``, ``passage``, ``body`` or ``content`` (or ``text_column=``); ``title`` and
+``id`` columns are optional. DPR's ``psgs_w100.tsv`` (``id text title``) is one of these::
+
+    id,title,text
+    p1,Paris,Paris is the capital of France.
+    p2,Lyon,"Lyon is a city in France, on the Rhone."
+
+**A folder of ``.txt`` / ``.md`` files** (searched recursively, in path order) -- one passage per
+file, titled by the file name; with ``split_words=100`` each file is cut into passages of about
+100 words (ids ``PATH#1``, ``PATH#2``...)::
+
+    notes/paris.txt      Paris is the capital of France. ...
+    notes/lyon.md        Lyon is a city in France. ...
+    notes/sub/nice.txt   Nice is on the Riviera. ...
+
+**Parquet** (``.parquet``) -- the JSONL fields as columns; read only when ``pyarrow`` is
+installed (ambiqa does not depend on it).
+
+Ids: a passage without an id gets a stable one -- its file path for a folder, else
+``h`` + 12 hex digits of sha256(title, text) -- so re-indexing the same corpus gives the same ids
+(citations and compiled demos stay valid). Identical passages share a hash; later copies get
+``#2``, ``#3``... A real corpus (a Wikipedia dump: ~21M passages) does not fit in memory as
+objects, so :func:`iter_corpus` streams it; index builders consume the stream.
 
 Every malformed passage is a :class:`~ambiqa.errors.DataError` naming the file and line: broken
-JSON, a missing field, an empty text (an empty passage can only be a retrieval false hit) and a
-duplicate id (ids are how programs cite passages, so they must be unique).
+JSON, a missing text, an empty text (an empty passage can only be a retrieval false hit) and a
+duplicate id (ids are how programs cite passages, so they must be unique). A file in another
+format names the format it saw and the ones accepted.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ambiqa.data._io import Where, iter_jsonl, open_text
 from ambiqa.errors import DataError
 from ambiqa.types import Passage
 
-_FIELDS = ("id", "title", "text")
+#: what a user may hand to ``ambiqa index`` / ``ambiqa.index`` (for messages and --help)
+ACCEPTED = ("JSONL (.jsonl/.ndjson, field text or contents; title and id optional)",
+            "CSV/TSV with a header naming the text column",
+            "a folder of .txt/.md files",
+            "Parquet (.parquet, needs pyarrow)")
+TEXT_KEYS = ("text", "contents", "passage", "body", "content")
+ID_KEYS = ("id", "_id", "docid", "pid")
+FOLDER_SUFFIXES = (".txt", ".md")
+#: passage length a folder's files are cut to with ``split_words`` (the DPR passage size)
+DEFAULT_SPLIT_WORDS = 100
 
 
-def _check_file(path: Path) -> Path:
+def accepted() -> str:
+    return "; ".join(ACCEPTED)
+
+
+def corpus_format(path: Path) -> str:
+    """``jsonl``, ``csv``, ``tsv``, ``folder`` or ``parquet``; anything else is a DataError
+    naming what was seen and what is accepted."""
+    if path.is_dir():
+        return "folder"
+    name = path.name.lower().removesuffix(".gz")
+    for ending, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv"),
+                        (".tsv", "tsv"), (".parquet", "parquet")):
+        if name.endswith(ending):
+            return fmt
+    seen = Path(name).suffix or "no file extension"
+    raise DataError(f"{path}: cannot read a corpus from a {seen!r} file; accepted: "
+                    f"{accepted()}", hint="rename or convert the file (see `ambiqa index --help`)")
+
+
+def _check_path(path: Path) -> Path:
     if not path.exists():
         raise DataError(f"corpus file not found: {path}",
-                        hint="pass a JSON Lines file of {id, title, text} passages")
-    if path.is_dir():
-        raise DataError(f"expected a corpus file but found a directory: {path}")
+                        hint=f"pass a corpus file or folder; accepted: {accepted()}")
     return path
 
 
-def _is_tsv(path: Path) -> bool:
-    return path.name.lower().removesuffix(".gz").endswith(".tsv")
+def stable_id(title: str, text: str) -> str:
+    """An id for a passage that has none: the same title and text always give the same id."""
+    return "h" + hashlib.sha256(f"{title}\0{text}".encode()).hexdigest()[:12]
 
 
-def _iter_tsv(path: Path) -> Iterator[tuple[Where, dict[str, object]]]:
-    """DPR's passage file: a header ``id text title`` then one passage per row."""
+# --- records → passages ----------------------------------------------------------------------
+
+def record_passage(where: Where, rec: dict[str, Any], text_key: str | None = None) -> Passage:
+    """One passage from a JSON/CSV/Parquet record (see the module docstring for the fields)."""
+    keys = (text_key,) if text_key else TEXT_KEYS
+    text_field = next((k for k in keys if rec.get(k) is not None), None)
+    if text_field is None:
+        raise where.error(f"missing field 'text' (or 'contents'); the record has "
+                          f"{sorted(map(str, rec))[:8]}",
+                          hint="name the text column text or contents")
+    text, title = rec[text_field], rec.get("title")
+    id_field = next((k for k in ID_KEYS if rec.get(k) is not None), None)
+    pid = rec[id_field] if id_field else None
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, str | int)):
+        raise where.error(f"field 'id' must be a string, got {type(pid).__name__}")
+    if id_field and not str(pid).strip():
+        raise where.error("field 'id' is empty")
+    label = str(pid).strip() if id_field else where.label
+    if not isinstance(text, str):
+        raise where.error(f"field '{text_field}' of passage '{label}' must be a string, "
+                          f"got {type(text).__name__}")
+    if title is not None and not isinstance(title, str):
+        raise where.error(f"field 'title' of passage '{label}' must be a string, "
+                          f"got {type(title).__name__}")
+    title = (title or "").strip()
+    if not title and text_field == "contents":
+        title, text = _flashrag_title(text)
+    if not text.strip():
+        raise where.error(f"passage '{label}' has an empty text",
+                          hint="drop the passage from the corpus")
+    text = text.strip()
+    return Passage(str(pid).strip() if id_field else stable_id(title, text), title, text)
+
+
+def _flashrag_title(contents: str) -> tuple[str, str]:
+    """FlashRAG's ``contents`` is ``"Title"\\ntext``: take the quoted first line as the title."""
+    first, sep, rest = contents.partition("\n")
+    first = first.strip()
+    if sep and len(first) >= 2 and first[0] == first[-1] == '"' and rest.strip():
+        return first[1:-1].strip(), rest
+    return "", contents
+
+
+def passages_from(items: Iterable[Any], *, source: str = "<list>") -> Iterator[Passage]:
+    """Passages from Python objects: strings, dicts (the JSONL fields) or Passages."""
+    for n, item in enumerate(items, start=1):
+        where = Where(Path(source), f"item {n}")
+        if isinstance(item, Passage):
+            yield item
+        elif isinstance(item, str):
+            if not item.strip():
+                raise where.error("empty passage text")
+            yield Passage(stable_id("", item.strip()), "", item.strip())
+        elif isinstance(item, dict):
+            yield record_passage(where, item)
+        else:
+            raise where.error(f"a passage is a string, a dict or a Passage, got "
+                              f"{type(item).__name__}")
+
+
+# --- formats ---------------------------------------------------------------------------------
+
+def _iter_jsonl_checked(path: Path) -> Iterator[tuple[Where, dict[str, Any]]]:
+    """JSON Lines; a first line that is not JSON names the format it looks like."""
+    try:
+        yield from iter_jsonl(path)
+    except DataError as exc:
+        if "line 1:" not in exc.message or "invalid JSON" not in exc.message:
+            raise
+        with open_text(path) as fh:
+            first = fh.readline()
+        seen = ("TSV" if "\t" in first else "CSV" if "," in first else "plain text")
+        raise DataError(f"{path} is named like JSON Lines but line 1 is not JSON (it looks "
+                        f"like {seen}); accepted: {accepted()}",
+                        hint=f"rename it to .{seen.lower()}" if seen != "plain text" else
+                        "put plain-text passages in .txt files in a folder") from exc
+
+
+def _iter_table(path: Path, delimiter: str, text_column: str | None
+                ) -> Iterator[tuple[Where, dict[str, Any], str | None]]:
+    """CSV/TSV rows keyed by the header (lower-cased); names the text column once."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # passages may exceed csv's 128 KiB
     with open_text(path) as fh:
-        reader = csv.reader(fh, delimiter="\t")
+        reader = csv.reader(fh, delimiter=delimiter)
         try:
             header = [h.strip().lower() for h in next(reader)]
         except StopIteration:
             return
-        missing = [f for f in _FIELDS if f not in header]
-        if missing:
+        key = text_column.lower() if text_column else next(
+            (k for k in TEXT_KEYS if k in header), None)
+        if key is None or key not in header:
+            kind = "TSV" if delimiter == "\t" else "CSV"
             raise Where(path, "line 1").error(
-                f"the TSV header lacks column(s) {', '.join(missing)} (it has: {header})")
-        for lineno, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise Where(path, f"line {lineno}").error(
-                    f"expected {len(header)} tab-separated columns, got {len(row)}")
-            yield Where(path, f"line {lineno}"), dict(zip(header, row, strict=True))
+                f"the {kind} header lacks column(s) {text_column or 'text'} (it has: {header})",
+                hint="the first line must name the columns, one of them text (or pass "
+                     "--text-column NAME)")
+        try:
+            for lineno, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise Where(path, f"line {lineno}").error(
+                        f"expected {len(header)} columns, got {len(row)}",
+                        hint="quote fields that contain the delimiter")
+                yield Where(path, f"line {lineno}"), dict(zip(header, row, strict=True)), key
+        except csv.Error as exc:
+            raise DataError(f"{path}: not readable as {'TSV' if delimiter == chr(9) else 'CSV'}"
+                            f" ({exc}); accepted: {accepted()}") from exc
 
 
-def _passage(where: Where, rec: dict[str, object]) -> Passage:
-    for field in _FIELDS:
-        if rec.get(field) is None:
-            raise where.missing(field)
-    pid, title, text = rec["id"], rec["title"], rec["text"]
-    if isinstance(pid, bool) or not isinstance(pid, str | int):
-        raise where.error(f"field 'id' must be a string, got {type(pid).__name__}")
-    pid = str(pid).strip()
-    if not pid:
-        raise where.error("field 'id' is empty")
-    for name, value in (("title", title), ("text", text)):
-        if not isinstance(value, str):
-            raise where.error(f"field '{name}' of passage '{pid}' must be a string, "
-                              f"got {type(value).__name__}")
-    assert isinstance(title, str) and isinstance(text, str)
-    if not text.strip():
-        raise where.error(f"passage '{pid}' has an empty text",
-                          hint="drop the passage from the corpus")
-    return Passage(pid, title.strip(), text.strip())
+def _iter_parquet(path: Path) -> Iterator[tuple[Where, dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq  # optional: only when the user has it
+    except ImportError as exc:
+        raise DataError(f"{path}: reading Parquet needs pyarrow, which is not installed",
+                        hint="pip install pyarrow, or convert the file to JSONL") from exc
+    row = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for rec in batch.to_pylist():
+            row += 1
+            yield Where(path, f"row {row}"), rec
 
 
-def iter_corpus(path: str | Path, *, check_duplicates: bool = True) -> Iterator[Passage]:
-    """Stream the passages of a corpus file, validating each one.
+def _iter_folder(root: Path, split_words: int | None) -> Iterator[Passage]:
+    files = sorted(p for p in root.rglob("*") if p.is_file()
+                   and p.suffix.lower() in FOLDER_SUFFIXES and not p.name.startswith("."))
+    if not files:
+        others = sorted({p.suffix or p.name for p in root.rglob("*") if p.is_file()})[:6]
+        raise DataError(f"{root} holds no .txt or .md files"
+                        + (f" (it has: {', '.join(others)})" if others else " (it is empty)"),
+                        hint=f"accepted: {accepted()}")
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+        title = path.stem.replace("_", " ").strip()
+        words = text.split()
+        if not words:
+            continue  # an empty file holds no passage
+        if not split_words:
+            yield Passage(rel, title, text.strip())
+            continue
+        for n, start in enumerate(range(0, len(words), split_words), start=1):
+            yield Passage(f"{rel}#{n}", title, " ".join(words[start:start + split_words]))
 
-    ``check_duplicates`` keeps a set of the ids seen (a few bytes per passage; turn it off
-    only for a corpus already known to be clean and too big for that set). An empty corpus is
-    an error when the stream ends. A missing file fails here, before the first passage.
+
+def _records(path: Path, fmt: str, text_column: str | None
+             ) -> Iterator[tuple[Where, dict[str, Any], str | None]]:
+    if fmt == "jsonl":
+        return ((w, r, text_column) for w, r in _iter_jsonl_checked(path))
+    if fmt == "parquet":
+        return ((w, r, text_column) for w, r in _iter_parquet(path))
+    return _iter_table(path, "\t" if fmt == "tsv" else ",", text_column)
+
+
+# --- the public stream -----------------------------------------------------------------------
+
+def iter_corpus(path: str | Path, *, check_duplicates: bool = True,
+                split_words: int | None = None, text_column: str | None = None
+                ) -> Iterator[Passage]:
+    """Stream the passages of a corpus file or folder, validating each one.
+
+    ``split_words``: a folder's files are cut into passages of this many words (default: one
+    passage per file). ``text_column``: the CSV/TSV/JSONL field holding the text when it is
+    not one of :data:`TEXT_KEYS`. ``check_duplicates`` keeps a set of the ids seen (a few bytes
+    per passage; turn it off only for a corpus known to be clean and too big for that set).
+    An empty corpus is an error when the stream ends. A missing path or an unknown format
+    fails here, before the first passage.
     """
-    path = _check_file(Path(path))
-    return _stream(path, check_duplicates)
+    path = _check_path(Path(path).expanduser())
+    fmt = corpus_format(path)
+    if split_words is not None and (isinstance(split_words, bool) or int(split_words) < 1):
+        raise DataError(f"split_words must be a positive number of words, got {split_words!r}")
+    if split_words and fmt != "folder":
+        raise DataError(f"split_words applies to a folder of .txt/.md files, not a {fmt} file",
+                        hint="a JSONL/CSV corpus is already split into passages")
+    return _stream(path, fmt, check_duplicates, split_words, text_column)
 
 
-def _stream(path: Path, check_duplicates: bool) -> Iterator[Passage]:
+def _stream(path: Path, fmt: str, check_duplicates: bool, split_words: int | None,
+            text_column: str | None) -> Iterator[Passage]:
+    if fmt == "folder":
+        rows: Iterable[tuple[str, Passage]] = ((p.id, p) for p in
+                                               _iter_folder(path, split_words))
+    else:
+        rows = ((w.label, record_passage(w, r, key))
+                for w, r, key in _records(path, fmt, text_column))
+    yield from unique_passages(rows, check_duplicates=check_duplicates, source=path)
+
+
+def unique_passages(rows: Iterable[tuple[str, Passage]], *, check_duplicates: bool = True,
+                    source: Path | str = "<list>") -> Iterator[Passage]:
+    """Passages with unique ids: a repeated *hashed* id (the same text twice) gets ``#2``...;
+    a repeated id the corpus itself gave is an error naming both places."""
     seen: dict[str, str] = {}
-    rows = _iter_tsv(path) if _is_tsv(path) else iter_jsonl(path)
     count = 0
-    for where, rec in rows:
-        passage = _passage(where, rec)
+    for label, passage in rows:
         if check_duplicates:
             first = seen.get(passage.id)
             if first is not None:
-                raise where.error(f"duplicate passage id '{passage.id}' (first seen at {first})",
-                                  hint="passage ids must be unique; renumber the corpus")
-            seen[passage.id] = where.label
+                if not _hashed(passage):
+                    raise DataError(f"{source}, {label}: duplicate passage id '{passage.id}' "
+                                    f"(first seen at {first})",
+                                    hint="passage ids must be unique; renumber the corpus")
+                n = 2
+                while f"{passage.id}#{n}" in seen:
+                    n += 1
+                passage = Passage(f"{passage.id}#{n}", passage.title, passage.text)
+            seen[passage.id] = label
         count += 1
         yield passage
     if count == 0:
-        raise DataError(f"corpus {path} holds no passages")
+        raise DataError(f"corpus {source} holds no passages")
 
 
-def load_corpus(path: str | Path) -> list[Passage]:
+def _hashed(p: Passage) -> bool:
+    return p.id == stable_id(p.title, p.text)
+
+
+def load_corpus(path: str | Path, **options: Any) -> list[Passage]:
     """The whole corpus in memory (fine for the shared 13k-passage corpus, not for a dump)."""
-    return list(iter_corpus(path))
+    return list(iter_corpus(path, **options))
 
 
 def corpus_fingerprint(path: str | Path) -> str:
-    """First 16 hex digits of the sha256 of the file's bytes (read in 1 MiB chunks).
-
-    Indexes and caches store it to notice that they were built from another corpus.
-    """
-    path = _check_file(Path(path))
+    """First 16 hex digits of the sha256 of the file's bytes (a folder: of each file's path
+    and bytes, in path order). Indexes and caches store it to notice another corpus."""
+    path = _check_path(Path(path))
     digest = hashlib.sha256()
+    files = (sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
+        for f in files:
+            if path.is_dir():
+                digest.update(f.relative_to(path).as_posix().encode() + b"\0")
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
     except OSError as exc:
         raise DataError(f"cannot read corpus {path}: {exc.strerror or exc}") from exc
     return digest.hexdigest()[:16]

@@ -5,7 +5,12 @@ Grammar (case-insensitive names)::
     NAME:SPLIT[:N]          a registered data set under the data root   asqa:train:50
     NAME:SPLIT:A-B          examples A to B of the split (from 1)       nq:oracle:61-160
     FORMAT:PATH[#PART][:N]  any file in a known format                  hotpotqa:/x/dev.json:20
+    jsonl:PATH[:N]          your own questions, plain JSON Lines        jsonl:my_questions.jsonl
     demo:train | demo:dev   the small set bundled with ambiqa
+
+``jsonl:`` reads the plain layout of :mod:`ambiqa.data.loaders.plain` (``question`` plus
+``answers`` or ``qa_pairs``, optional ``long_answer``); :func:`metrics_for` picks the metrics
+its fields support.
 
 ``N`` keeps the first N examples; ``A-B`` keeps examples A to B inclusive, counted from 1,
 so questions held out from a run on the first N can be named (``nq:oracle:61-160`` beside
@@ -75,6 +80,9 @@ DEMO_SPLITS = {"train": True, "dev": False}
 ALIASES = {"2wiki": "2wikimultihopqa", "hotpot": "hotpotqa", "webquestions": "webq",
            "nq-open": "nq", "nq_open": "nq"}
 
+#: the format name of a user's own question file (``jsonl:PATH``): a path, never a split
+PLAIN = "jsonl"
+
 #: private attribute load_dataset sets on each example: the spec it came from (DSPy keeps
 #: underscore attributes out of an example's fields, so it never reaches a demo or prompt)
 SOURCE_ATTR = "_ambiqa_source"
@@ -98,7 +106,9 @@ class DatasetSpec:
 
     @property
     def format(self) -> str:
-        return "asqa" if self.name == "demo" else DATASETS[self.name][0]
+        if self.name == "demo":
+            return "asqa"
+        return PLAIN if self.name == PLAIN else DATASETS[self.name][0]
 
     def __str__(self) -> str:
         target = self.split if self.path is None else (
@@ -109,7 +119,7 @@ class DatasetSpec:
 
 
 def _choices() -> str:
-    return ", ".join(["demo", *DATASETS])
+    return ", ".join(["demo", *DATASETS, f"{PLAIN} (a file of your own)"])
 
 
 def _looks_like_path(text: str) -> bool:
@@ -128,7 +138,7 @@ def parse_spec(spec: object) -> DatasetSpec:
         raise ConfigError(f"bad dataset spec {spec!r}: expected NAME:SPLIT[:N] or "
                           f"FORMAT:PATH[:N] (data sets: {_choices()})",
                           hint="e.g. asqa:dev, asqa:train:50, hotpotqa:/data/dev.jsonl")
-    if name != "demo" and name not in DATASETS:
+    if name not in ("demo", PLAIN) and name not in DATASETS:
         raise ConfigError(f"unknown data set {name!r} in spec {spec!r}; choose one of: "
                           f"{_choices()}")
     limit = start = None
@@ -153,6 +163,10 @@ def parse_spec(spec: object) -> DatasetSpec:
         path, _, part = rest.partition("#")
         if not path.strip():
             raise ConfigError(f"bad dataset spec {spec!r}: empty path")
+        return DatasetSpec(name, path=path.strip(), part=part.strip() or None, limit=limit,
+                           start=start)
+    if name == PLAIN:  # a plain question file is always a path, even a bare "questions.txt"
+        path, _, part = rest.partition("#")
         return DatasetSpec(name, path=path.strip(), part=part.strip() or None, limit=limit,
                            start=start)
     split = rest.lower()

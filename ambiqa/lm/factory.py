@@ -124,29 +124,30 @@ def make_lm(spec: str | None = None, *, api_base: str | None = None,
                        cache=cache)
 
 
-_CALLBACK = None
-
-
 def trace_callback() -> Any:
     """The process-wide :class:`ambiqa.tracing.TraceCallback` (created once)."""
-    global _CALLBACK
-    if _CALLBACK is None:
-        from ambiqa.tracing import TraceCallback
+    from ambiqa.tracing import default_callback  # one instance, whoever installs it
 
-        _CALLBACK = TraceCallback()
-    return _CALLBACK
+    return default_callback()
 
 
 def configure(lm: Any, **settings: Any) -> Any:
-    """Make ``lm`` DSPy's default LM and install ambiqa's cost tracing. Returns ``lm``."""
+    """Make ``lm`` DSPy's default LM and install ambiqa's cost tracing. Returns ``lm``.
+
+    The tracing callback is added *beside* the callbacks already configured (a user's MLflow
+    or Langfuse autologging keeps receiving events); ``callbacks=[...]`` replaces them, as in
+    ``dspy.configure``. A usage tracker already installed keeps receiving every usage.
+    """
     import dspy
 
-    callbacks = list(settings.pop("callbacks", []))
-    if trace_callback() not in callbacks:
-        callbacks.append(trace_callback())
-    from ambiqa.tracing import UsageTap
+    from ambiqa.tracing import TraceCallback, UsageTap
 
-    settings.setdefault("usage_tracker", UsageTap())
+    callbacks = list(settings.pop("callbacks", dspy.settings.get("callbacks") or []))
+    if not any(isinstance(cb, TraceCallback) for cb in callbacks):
+        callbacks.append(trace_callback())
+    tracker = dspy.settings.get("usage_tracker")
+    settings.setdefault("usage_tracker", tracker if isinstance(tracker, UsageTap)
+                        else UsageTap(tracker))
     dspy.configure(lm=lm, callbacks=callbacks, **settings)
     return lm
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 from typing import Any, ClassVar
 
 import dspy
@@ -27,11 +28,14 @@ from ambiqa.errors import ConfigError
 from ambiqa.programs.config import ProgramConfig
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.encoder import SharedEncoder as SharedEncoder  # re-export for programs
+from ambiqa.retrieval.factory import as_retriever
 from ambiqa.signatures.common import budget_words
-from ambiqa.tracing import record_budget_cut, record_event, track
+from ambiqa.tracing import ensure_tracing, record_budget_cut, record_event, track
 from ambiqa.types import Interpretation, Passage
 
 MAX_QUESTION_CHARS = 2000
+#: the entry :meth:`AmbiqaProgram.save` adds to DSPy's saved state (read by ``ambiqa.load``)
+SAVED_KEY = "ambiqa"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
@@ -104,9 +108,10 @@ class AmbiqaProgram(dspy.Module):
     #: whether the program needs a retriever at all
     needs_retriever: ClassVar[bool] = True
 
-    def __init__(self, retriever: Retriever | None = None) -> None:
+    def __init__(self, retriever: Retriever | Any = None) -> None:
         super().__init__()
-        self.retriever = retriever
+        # an index, any callable ``query, k -> passages``, or a dspy.Retrieve
+        self.retriever = as_retriever(retriever)
 
     def use_config(self, cfg: ProgramConfig) -> None:
         """Keep the validated settings ``cfg`` and expose each field as an attribute."""
@@ -131,7 +136,8 @@ class AmbiqaProgram(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         question = check_question(question)
-        with track() as trace:
+        # tracing is added beside the user's callbacks when they configured DSPy directly
+        with ensure_tracing(), track() as trace:
             out = self.run(question)
         out.setdefault("interpretations", [])
         out.setdefault("passages", [])
@@ -140,6 +146,35 @@ class AmbiqaProgram(dspy.Module):
         out["passages"] = [p.to_dict() if isinstance(p, Passage) else p for p in out["passages"]]
         out["trace"] = trace.summary()
         return dspy.Prediction(**out)
+
+    def save(self, path: str, save_program: bool = False, modules_to_serialize=None) -> None:
+        """DSPy's ``save``; the JSON form also records which program to rebuild.
+
+        ``prog.save("p.json")`` writes DSPy's state plus an ``ambiqa`` entry (program name,
+        settings, retriever description) that :func:`ambiqa.load` reads, so the file opens
+        with ``ambiqa.load("p.json", retriever=...)``; plain ``dspy`` ignores the entry.
+        ``save_program=True`` is refused: it pickles the whole module, retriever and encoder
+        included, and ambiqa never loads pickles.
+        """
+        if save_program:
+            raise ConfigError(
+                "save_program=True is not supported for ambiqa programs: it would pickle the "
+                "retriever and encoders, and ambiqa loads no pickles",
+                hint=f"save the state: prog.save('{self.name}.json'), then "
+                     f"ambiqa.load('{self.name}.json', retriever=...)")
+        if Path(path).suffix != ".json":
+            return super().save(path, save_program=False, modules_to_serialize=modules_to_serialize)
+        from dspy.utils.saving import get_dependency_versions
+
+        from ambiqa.fsutil import atomic_write_json
+        from ambiqa.retrieval.factory import describe
+
+        state = self.dump_state()
+        state["metadata"] = {"dependency_versions": get_dependency_versions()}
+        state[SAVED_KEY] = {"program": self.name, "program_config": self.config(),
+                            "retriever": describe(self.retriever)}
+        atomic_write_json(Path(path), state)
+        return None
 
     async def aforward(self, question: str) -> dspy.Prediction:
         """``await prog.acall(question=...)`` and ``dspy.asyncify(prog)`` support.

@@ -3,17 +3,32 @@
 An artifact records ``{"kind": "colbert", "index": "wiki", "fingerprint": ...}``; indexes
 live under one root (``$AMBIQA_INDEX_ROOT`` or ``$AMBIQA_CACHE/indexes``), so an artifact
 compiled on one machine opens the same-named index on another.
+
+An index is named once: ``open_retriever("wiki")`` reads the kind from the index's own
+manifest (``manifest.json`` of a BM25 or dense index, ``ambiqa_manifest.json`` of a ColBERT
+index, ``NAME.shards.json`` of a sharded one); ``"bm25:wiki"`` still names it explicitly.
+
+:func:`as_retriever` turns what a DSPy user already has -- any callable ``query, k ->
+passages`` or a ``dspy.Retrieve`` -- into the retriever protocol programs use.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ambiqa.errors import ConfigError
+from ambiqa.data.corpus import stable_id
+from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.paths import index_root
+from ambiqa.retrieval.base import TimedSearch, check_query
+from ambiqa.types import Passage, SharedResource
+
+#: the index kinds ``ambiqa index --kind`` builds
+KINDS = ("colbert", "bm25", "dense")
 
 _INDEX_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
@@ -56,15 +71,52 @@ def check_index_name(name: object) -> str:
     return name
 
 
+def index_kind(name: str, root: Path | None = None) -> str:
+    """The kind of the index ``name`` under ``root``, read from the index's own files.
+
+    Raises :class:`RetrievalIndexError` naming the directory when there is no index there,
+    so ``--index NAME`` never has to repeat the kind the build recorded.
+    """
+    check_index_name(name)
+    root = Path(root) if root else index_root()
+    from ambiqa.retrieval.colbert.manifest import MANIFEST as COLBERT_MANIFEST
+    from ambiqa.retrieval.sharded import shards_file
+
+    index_dir = root / name
+    plain = index_dir / "manifest.json"
+    if plain.is_file():
+        try:
+            kind = json.loads(plain.read_text(encoding="utf-8")).get("kind")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RetrievalIndexError(f"cannot read {plain}: {exc}",
+                                      hint=f"rebuild it: ambiqa index CORPUS --name {name}"
+                                      ) from exc
+        if kind in KINDS:
+            return str(kind)
+        raise RetrievalIndexError(f"{plain} names an unknown index kind {kind!r}",
+                                  hint=f"rebuild it: ambiqa index CORPUS --name {name}")
+    if (index_dir / COLBERT_MANIFEST).is_file() or shards_file(root, name).is_file():
+        return "colbert"
+    if index_dir.is_dir():  # a ColBERT build that never wrote its manifest says so on load
+        return "colbert"
+    built = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(
+        ".") and ".tmp-" not in p.name) if root.is_dir() else []
+    raise RetrievalIndexError(
+        f"no index named {name!r} under {root}",
+        hint=(f"indexes there: {', '.join(built[:12])}" if built else
+              f"build it: ambiqa index CORPUS --name {name}") + " (or set --index-root)")
+
+
 def _open(info: dict[str, Any] | str, root: Path | None) -> Any:
     if isinstance(info, str):
         kind, _, name = info.rpartition(":")
-        info = {"kind": kind or "colbert", "index": name}
-    kind, name = info.get("kind", "colbert"), info.get("index")
+        info = {"kind": kind or None, "index": name}
+    name = info.get("index")
     if not name:
         raise ConfigError("no index named", hint="pass --index NAME (see `ambiqa index`)")
     check_index_name(name)
     root = Path(root) if root else index_root()
+    kind = info.get("kind") or index_kind(name, root)
     if kind == "colbert":
         from ambiqa.retrieval.colbert import ColBERTRetriever
         from ambiqa.retrieval.sharded import ShardedRetriever, shards_file
@@ -75,14 +127,21 @@ def _open(info: dict[str, Any] | str, root: Path | None) -> Any:
     if kind == "bm25":
         from ambiqa.retrieval.bm25 import BM25Retriever
 
-        return BM25Retriever.load(root / name)
+        return _named(BM25Retriever.load(root / name), name)
     if kind == "dense":
         from ambiqa.retrieval.dense import DenseRetriever
 
-        return DenseRetriever.load(root / name)
+        return _named(DenseRetriever.load(root / name), name)
     raise ConfigError(f"unknown retriever kind {kind!r} in {kind}:{name}",
                       hint="write [kind:]name with kind colbert, bm25 or dense, e.g. "
                            "bm25:wiki-bm25")
+
+
+def _named(retriever: Any, name: str) -> Any:
+    """Remember the name an index was opened by, so an artifact records it (BM25 and dense
+    retrievers do not know their directory's name)."""
+    retriever.index_name = name
+    return retriever
 
 
 def describe(retriever: Any) -> dict[str, Any]:
@@ -92,3 +151,94 @@ def describe(retriever: Any) -> dict[str, Any]:
     return {"kind": getattr(retriever, "name", type(retriever).__name__),
             "index": getattr(retriever, "index_name", None),
             "fingerprint": getattr(retriever, "fingerprint", None)}
+
+
+# --- a DSPy user's retriever -----------------------------------------------------------------
+
+def as_retriever(obj: Any) -> Any:
+    """``obj`` as the retriever protocol (``search``, ``batch_search``, ``get``, ``fingerprint``).
+
+    Accepted: an ambiqa retriever (returned as is), a ``dspy.Retrieve`` (searches through
+    ``dspy.settings.rm`` as DSPy does), or any callable ``fn(query, k) -> passages`` where
+    passages are strings, dicts (``text``/``contents``/``long_text``, optional ``id`` and
+    ``title``), :class:`~ambiqa.types.Passage` objects, or a ``dspy.Prediction`` with
+    ``passages``. Anything else is a :class:`ConfigError` naming what was given.
+    """
+    if obj is None or hasattr(obj, "search"):
+        return obj
+    if callable(obj):
+        return CallableRetriever(obj)
+    raise ConfigError(f"a retriever must have .search(query, k) or be a callable "
+                      f"query, k -> passages; got {type(obj).__name__}",
+                      hint="pass ambiqa.open_index(NAME), a function, or a dspy.Retrieve")
+
+
+class CallableRetriever(SharedResource):
+    """A function (or ``dspy.Retrieve``) behind the retriever protocol.
+
+    Passages without an id get ``h<12 hex digits of sha256(title, text)>``: the same passage
+    gets the same id in every call, so citations and demos stay meaningful. Searches are
+    traced like any other retriever's.
+    """
+
+    name = "callable"
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.index_name = None
+        self.label = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self._seen: dict[str, Passage] = {}
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the function, not its data: a callable cannot say what corpus it serves."""
+        return "callable:" + str(self.label)
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        query, k = check_query(query, k)
+        with TimedSearch(self.name, query, k):
+            try:
+                raw = self.fn(query, k=k)
+            except TypeError:  # a plain fn(query, k) without keyword support
+                raw = self.fn(query, k)
+        out = [self._passage(item) for item in _as_list(raw)][:k]
+        for p in out:
+            self._seen[p.id] = p
+        return out
+
+    def batch_search(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
+        return [self.search(q, k) for q in queries]
+
+    def get(self, pid: str) -> Passage | None:
+        return self._seen.get(pid)
+
+    def _passage(self, item: Any) -> Passage:
+        if isinstance(item, Passage):
+            return item
+        if isinstance(item, str):
+            return Passage(stable_id("", item), "", item.strip())
+        if isinstance(item, dict):
+            text = item.get("text") or item.get("contents") or item.get("long_text")
+            if not isinstance(text, str):
+                raise ConfigError(f"retriever {self.label} returned a dict without text "
+                                  f"(keys: {sorted(item)})",
+                                  hint="return strings or dicts with 'text'")
+            title = str(item.get("title") or "")
+            pid = str(item.get("id") or item.get("pid") or stable_id(title, text))
+            return Passage(pid, title, text.strip(), float(item.get("score") or 0.0))
+        text = getattr(item, "long_text", None) or getattr(item, "text", None)
+        if isinstance(text, str):
+            return Passage(stable_id("", text), "", text.strip())
+        raise ConfigError(f"retriever {self.label} returned a {type(item).__name__}, not a "
+                          "passage", hint="return strings, dicts with 'text', or Passages")
+
+
+def _as_list(raw: Any) -> list[Any]:
+    passages = getattr(raw, "passages", raw)  # dspy.Prediction(passages=[...])
+    if isinstance(passages, str | dict | Passage):
+        return [passages]
+    try:
+        return list(passages)
+    except TypeError as exc:
+        raise ConfigError(f"a retriever returned {type(raw).__name__}, not a list of "
+                          "passages") from exc

@@ -18,7 +18,8 @@ Data-set specific fields are listed on each loader. A malformed record raises
 
 One module per family of data sets -- :mod:`~ambiqa.data.loaders.ambiguous` (ASQA, AmbigNQ,
 SituatedQA), :mod:`~ambiqa.data.loaders.multihop` (HotpotQA, 2WikiMultihopQA) and
-:mod:`~ambiqa.data.loaders.open_domain` (NQ, TriviaQA, WebQuestions) -- over the shared steps
+:mod:`~ambiqa.data.loaders.open_domain` (NQ, TriviaQA, WebQuestions), and
+:mod:`~ambiqa.data.loaders.plain` (a user's own questions, ``jsonl:PATH``) -- over the shared steps
 in :mod:`~ambiqa.data.loaders.common`; this front holds the format registry.
 """
 
@@ -31,6 +32,7 @@ import dspy
 from ambiqa.data.loaders.ambiguous import load_ambignq, load_asqa, load_situatedqa
 from ambiqa.data.loaders.multihop import load_2wikimultihopqa, load_hotpotqa
 from ambiqa.data.loaders.open_domain import load_nq, load_triviaqa, load_webq
+from ambiqa.data.loaders.plain import load_jsonl, metrics_for
 
 Loader = Callable[..., list[dspy.Example]]
 
@@ -44,9 +46,11 @@ FORMATS: dict[str, Loader] = {
     "nq": load_nq,
     "triviaqa": load_triviaqa,
     "webq": load_webq,
+    # the plain layout for a user's own questions (see ambiqa.data.loaders.plain)
+    "jsonl": load_jsonl,
 }
 
 __all__ = [
     "FORMATS", "Loader", "load_2wikimultihopqa", "load_ambignq", "load_asqa", "load_hotpotqa",
-    "load_nq", "load_situatedqa", "load_triviaqa", "load_webq",
+    "load_jsonl", "load_nq", "load_situatedqa", "load_triviaqa", "load_webq", "metrics_for",
 ]

@@ -508,8 +508,6 @@ def test_corpus_duplicate_id(tmp_path):
 
 
 @pytest.mark.parametrize("row,match", [
-    ({"title": "A", "text": "a"}, "missing field 'id'"),
-    ({"id": "x", "text": "a"}, "missing field 'title'"),
     ({"id": "x", "title": "A"}, "missing field 'text'"),
     ({"id": "x", "title": "A", "text": "  \n"}, "passage 'x' has an empty text"),
     ({"id": "", "title": "A", "text": "a"}, "field 'id' is empty"),
@@ -543,7 +541,7 @@ def test_corpus_dpr_tsv_and_gzip(tmp_path):
         fh.write(json.dumps({"id": 5, "title": "T", "text": "t"}) + "\n")
     assert load_corpus(gz)[0].id == "5"
     bad = tmp_path / "bad.tsv"
-    bad.write_text("id\ttext\n1\tx\n")
+    bad.write_text("id\tbody_html\n1\tx\n")  # no text column (title and id are optional)
     with pytest.raises(DataError, match="lacks column"):
         load_corpus(bad)
 
