@@ -1,0 +1,110 @@
+"""What ``ambiqa serve`` serves: a compiled program with its LM and index, and how many calls
+the LM can take at once.
+
+Loading is separate from the app so the app can start listening first (``/healthz`` answers,
+``/readyz`` says "loading") while the LM and the index load, and so tests can hand the app a
+program with a scripted LM instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ConfigError
+
+#: Concurrency for an endpoint LM whose capacity ambiqa cannot know (``--concurrency`` sets it).
+DEFAULT_ENDPOINT_SLOTS = 4
+
+
+@dataclass
+class ServedProgram:
+    """A program ready to answer, and what ``GET /v1/program`` reports about it."""
+
+    program: Any
+    lm: Any
+    artifact: str
+    manifest: dict[str, Any] = field(default_factory=dict)
+    index: dict[str, Any] = field(default_factory=dict)
+    #: concurrent calls the LM serves (the embedded model's slots, else the configured value)
+    lm_slots: int = 1
+
+    def describe(self) -> dict[str, Any]:
+        """Program, optimizer, demos per predictor, index and the whole manifest."""
+        demos = {name: len(getattr(pred, "demos", []) or [])
+                 for name, pred in self.program.named_predictors()}
+        return {
+            "program": self.manifest.get("program") or getattr(self.program, "name", ""),
+            "artifact": self.artifact,
+            "optimizer": self.manifest.get("optimizer"),
+            "demos_per_predictor": demos,
+            "index": self.index,
+            "lm": str(getattr(self.lm, "model", "")),
+            "lm_slots": self.lm_slots,
+            "has_async_path": has_aforward(self.program),
+            "manifest": self.manifest,
+        }
+
+
+def has_aforward(program: Any) -> bool:
+    """Whether the program defines its own async path (``aforward``), which ``acall`` runs.
+
+    ``dspy.Module`` itself has no ``aforward``; programs written before the async path have
+    none, and are run in a worker thread instead.
+    """
+    return callable(getattr(program, "aforward", None))
+
+
+def lm_slots(lm: Any) -> int | None:
+    """How many calls the LM serves at once, when the LM says: the embedded model's
+    ``n_parallel`` slots. ``None`` for endpoints (their capacity is not visible from here)."""
+    engine = getattr(lm, "engine", None)
+    try:
+        settings = getattr(engine, "settings", None)
+    except AttributeError:
+        settings = None
+    n = getattr(settings, "n_parallel", None)
+    return int(n) if isinstance(n, int) and n >= 1 else None
+
+
+def load_served(artifact: str | Path, *, lm_spec: str | None = None,
+                api_base: str | None = None, api_key_env: str | None = None,
+                max_tokens: int = 512, lm_threads: int | None = None, cache: bool = True,
+                index: str | None = None, index_root: str | None = None,
+                concurrency: int | None = None) -> ServedProgram:
+    """Build the LM, open the index and load the artifact (what ``ambiqa ask`` does), without
+    making the LM DSPy's global default: the app passes it to each request's context."""
+    from ambiqa.lm import make_lm
+    from ambiqa.optimizers.artifact import load_artifact
+    from ambiqa.retrieval.factory import describe, open_retriever
+
+    lm = make_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens,
+                 threads=lm_threads, cache=cache)
+    retriever = None
+    if index:
+        retriever = open_retriever(index, root=Path(index_root) if index_root else None)
+    program = load_artifact(artifact, retriever=retriever)
+    manifest = dict(getattr(program, "manifest", {}) or {})
+    info = describe(getattr(program, "retriever", None))
+    info = {**(manifest.get("retriever") or {}), **{k: v for k, v in info.items() if v}}
+    if index:
+        info["opened_as"] = index
+    return ServedProgram(program=program, lm=lm, artifact=str(artifact), manifest=manifest,
+                         index=info, lm_slots=choose_slots(lm, concurrency))
+
+
+def choose_slots(lm: Any, concurrency: int | None) -> int:
+    """The endpoint's concurrency: ``concurrency`` if given, else the LM's own slots, else
+    :data:`DEFAULT_ENDPOINT_SLOTS`. More than the embedded model's slots is refused: the extra
+    requests would only queue inside the LM, past the timeout and queue limits."""
+    own = lm_slots(lm)
+    if concurrency is None:
+        return own or DEFAULT_ENDPOINT_SLOTS
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"--concurrency must be an integer >= 1, got {concurrency!r}")
+    if own is not None and concurrency > own:
+        raise ConfigError(f"--concurrency {concurrency} exceeds the embedded LM's {own} slots",
+                          hint=f"raise $AMBIQA_SLOTS to {concurrency} or serve with "
+                               f"--concurrency {own}")
+    return concurrency
