@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (retrieval_cmds, optimize_cmds, eval_cmds, run_cmds, reader_cmds, scale_cmds):
         module.register(sub)
+    from ambiqa.cli import serve_cmds  # its own line: the import above is full
+
+    serve_cmds.register(sub)
     return parser
 
 
