@@ -124,6 +124,14 @@ def _dr(example: Any, prediction: Any, reader: Reader | None = None) -> float:
     return m.dr_score(_d_f1(example, prediction, reader), _rouge_l(example, prediction))
 
 
+def _d_f1_cov(example: Any, prediction: Any, reader: Reader | None = None) -> float:
+    """Coverage-aware D-F1: the mean of D-F1 and STR-EM, i.e. per gold pair half for the
+    reader recovering its answer, half for the answer stating it in words. A compile
+    objective: D-F1 alone rewards terse answers a reader reads well, STR-EM alone ignores
+    the reader; a dropped interpretation costs under both halves."""
+    return 0.5 * (_d_f1(example, prediction, reader) + _str_em(example, prediction))
+
+
 def _em(example: Any, prediction: Any, reader: Reader | None = None) -> float:
     return m.exact_match(prediction_answer(prediction), gold_answers_of(example))
 
@@ -277,6 +285,7 @@ METRICS: dict[str, MetricFn] = {
     "str-em": _str_em,
     "d-f1": _d_f1,
     "dr": _dr,
+    "d-f1-cov": _d_f1_cov,
     "em": _em,
     "f1": _f1,
     "recall@5": _answer_recall(5),
@@ -292,7 +301,7 @@ METRICS: dict[str, MetricFn] = {
 }
 
 #: metrics whose score depends on a reader (reports must name it)
-NEEDS_READER = frozenset({"d-f1", "dr"})
+NEEDS_READER = frozenset({"d-f1", "dr", "d-f1-cov"})
 #: metrics whose score depends on an LM judge (reports must name it: ``judge_name()``)
 NEEDS_JUDGE = frozenset({"g-precision", "g-recall", "g-f1", "interp-recall"})
 

@@ -28,6 +28,21 @@ Teleprompters (``optimizer=``):
   no minibatching, and the program/data-aware proposers off (they cost many LM calls and
   read source code and data summaries a small local model handles poorly).
 
+* ``gepa`` -- ``dspy.GEPA``: instructions evolved by reflecting on runs with feedback written
+  for ambiguous QA (:mod:`ambiqa.optimizers.feedback`: per gold interpretation, stated or not,
+  and which step lost it), candidates tracked on a held-out part of the training split;
+  ``reflection_lm`` (any ``dspy.LM`` or spec; default the task LM). See
+  :mod:`ambiqa.optimizers.gepa`.
+* ``simba`` -- ``dspy.SIMBA``: mini-batch ascent adding self-written rules and demos.
+
+``predictor_signal=True`` (any teleprompter): after it, the compiled program runs once over
+the training questions and each predictor with a signal of its own
+(:mod:`ambiqa.optimizers.signals`: Diva's verifier, typing and rewriting, ToC's
+self-verification, VerDICt's read) gets ``k`` demos chosen against that signal, balanced
+across its classes (a yes and a no for a verifier); the other predictors keep the demos the
+end metric chose. The report records, per predictor, the classes shown and the accuracy
+against the signal on those training runs.
+
 A metric that returns NaN (an LM reader that failed, an empty reference) counts as 0.0 for
 that example -- a failed score must not pass a bootstrap threshold or win a search -- and the
 number of such scores is reported (``nan_scores``).
@@ -217,7 +232,11 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     n_val: int | None = None, train_spec: str | None = None,
                     devset: list[Any] | None = None, dev_spec: str | None = None,
                     allow_eval_splits: bool = False,
-                    threads: int = 1) -> tuple[dspy.Module, CompileReport]:
+                    threads: int = 1, predictor_signal: bool = False,
+                    reflection_lm: Any = None, gepa_rollouts: int | None = None,
+                    gepa_auto: str | None = None, reflection_minibatch: int = 2,
+                    simba_steps: int = 2, simba_bsize: int = 4,
+                    ) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
 
     ``trainset`` must come from a training split: examples loaded from a dev/test split
@@ -228,7 +247,11 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     (each candidate is scored on all of them); a given ``valset`` is checked like the
     training set, since searching on it is training on it. ``threads``: training questions
     answered at once while bootstrapping (bootstrap, bootstrap-rs, knn), for an LM that serves
-    several calls at once."""
+    several calls at once. ``predictor_signal``: pick signalled predictors' demos against
+    their own signals afterwards (module docstring). ``reflection_lm`` (gepa: the reflecting
+    LM; simba: the rule writer), ``gepa_rollouts``/``gepa_auto``, ``reflection_minibatch``,
+    ``simba_steps``/``simba_bsize`` (with ``num_candidates``): see
+    :mod:`ambiqa.optimizers.gepa`."""
     from ambiqa.optimizers.splits import check_training_data
 
     check_teleprompter(optimizer)
@@ -243,7 +266,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     report = CompileReport(optimizer=optimizer, settings=settings, data_guard=guard)
     budget = budget or Budget(None)
     safe = SafeMetric(metric) if metric is not None else None
-    if optimizer in ("bootstrap-rs", "mipro") and valset is None:
+    if optimizer in ("bootstrap-rs", "mipro", "gepa") and valset is None:
         trainset, valset = split_train(trainset, seed=seed)
     if valset is not None and n_val:
         valset = valset[:n_val]
@@ -288,10 +311,21 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                                   hint="give a metric so traces can be bootstrapped, or use "
                                        "ASQA-style data that yields gold demos")
             install_knn(compiled, k, encoder=knn_encoder)
+        elif optimizer in ("gepa", "simba"):
+            compiled = _reflective(optimizer, program, trainset, valset, safe, report,
+                                   budget=budget, seed=seed, threads=threads,
+                                   reflection_lm=reflection_lm, rollouts=gepa_rollouts,
+                                   auto=gepa_auto, minibatch=reflection_minibatch,
+                                   steps=simba_steps, bsize=simba_bsize, k=k,
+                                   num_candidates=num_candidates)
         else:  # mipro
             compiled = _mipro(program, trainset, valset, safe, report, k=k, seed=seed,
                               num_candidates=num_candidates, trials=mipro_trials,
                               budget=budget)
+        if predictor_signal:
+            compiled = compiled if compiled is not program else program.deepcopy()
+            settings["predictor_signal"] = _apply_signal(compiled, trainset, safe, k=k,
+                                                         seed=seed, budget=budget)
     report.stopped_by_budget = budget.stopped
     report.nan_scores = safe.nan if safe is not None else 0
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
@@ -342,6 +376,65 @@ def _random_search(program: dspy.Module, trainset: list[Any], valset: list[Any] 
     else:
         report.val_score = best_score
     return best
+
+
+def _resolve_lm(lm: Any) -> Any:
+    """A ``dspy.LM`` from an LM or a spec (``embedded``, ``provider/model``); None stays None
+    (the optimizer then uses the task LM)."""
+    if lm is None or not isinstance(lm, str):
+        return lm
+    from ambiqa.lm import make_lm
+
+    return make_lm(lm)
+
+
+def _reflective(optimizer: str, program: dspy.Module, trainset: list[Any],
+                valset: list[Any] | None, metric: SafeMetric | None, report: CompileReport, *,
+                budget: Budget, seed: int, threads: int, reflection_lm: Any,
+                rollouts: int | None, auto: str | None, minibatch: int, steps: int,
+                bsize: int, k: int, num_candidates: int) -> dspy.Module:
+    """GEPA or SIMBA (:mod:`ambiqa.optimizers.gepa`), signature names restored after."""
+    from ambiqa.optimizers.gepa import run_gepa, run_simba
+
+    if metric is None:
+        raise ConfigError(f"{optimizer} needs a metric (e.g. --metric d-f1)")
+    names = _signature_names(program)
+    lm = _resolve_lm(reflection_lm)
+    try:
+        if optimizer == "gepa":
+            compiled, extra = run_gepa(program, trainset, valset or trainset, metric,
+                                       reflection_lm=lm, budget=budget, rollouts=rollouts,
+                                       auto=auto, minibatch=minibatch, seed=seed,
+                                       threads=threads)
+        else:
+            compiled, extra = run_simba(program, trainset, metric, budget=budget, bsize=bsize,
+                                        num_candidates=num_candidates, max_steps=steps,
+                                        max_demos=k, prompt_lm=lm, seed=seed, threads=threads)
+    except BudgetExhausted:
+        report.settings["fallback"] = "zero-shot (budget spent before the search started)"
+        return program.deepcopy()
+    _restore_signature_names(compiled, names)
+    report.settings.update(extra)
+    if optimizer == "gepa" and extra.get("best_val_score") is not None:
+        report.val_score = extra["best_val_score"]
+    return compiled
+
+
+def _apply_signal(compiled: dspy.Module, trainset: list[Any], metric: SafeMetric | None, *,
+                  k: int, seed: int, budget: Budget) -> dict[str, Any]:
+    """One traced pass over the training questions, then demos against each predictor's own
+    signal (:func:`ambiqa.optimizers.signals.signal_demos`); a knn program's signalled
+    predictors show all of their k signal demos."""
+    from ambiqa.optimizers.knn import KNNPredict
+    from ambiqa.optimizers.signals import accuracy_from_traces, collect_traces, signal_demos
+
+    records = collect_traces(compiled, trainset, metric, budget)
+    chosen = signal_demos(compiled, records, k, seed=seed)
+    for name, predictor in compiled.named_predictors():
+        if name in chosen and isinstance(predictor, KNNPredict):
+            predictor.knn_k = max(predictor.knn_k, len(predictor.demos))
+    return {"runs": len(records), "demos": chosen,
+            "train_accuracy_before": accuracy_from_traces(records)}
 
 
 def _mipro(program: dspy.Module, trainset: list[Any], valset: list[Any] | None,
