@@ -224,6 +224,10 @@ _ACTIVE: contextvars.ContextVar[tuple[CostTrace, ...]] = contextvars.ContextVar(
 )
 # The signature name of the predictor currently running, set by TraceCallback.
 _MODULE: contextvars.ContextVar[str] = contextvars.ContextVar("ambiqa_module", default="")
+# The output cap (``output_cap_tokens``) its signature class states, set beside it; the LM
+# engine applies it (ambiqa.lm.resilience), so the LM layer never imports the signatures.
+_OUTPUT_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("ambiqa_output_cap",
+                                                                         default=None)
 
 
 @contextlib.contextmanager
@@ -245,6 +249,11 @@ def _emit(record: CallRecord) -> None:
 
 def current_module() -> str:
     return _MODULE.get()
+
+
+def current_output_cap() -> int | None:
+    """The output cap the running predictor's signature states (None: none, or no predictor)."""
+    return _OUTPUT_CAP.get()
 
 
 @contextlib.contextmanager
@@ -343,7 +352,7 @@ class TraceCallback(BaseCallback):
 
     def __init__(self) -> None:
         self._starts: dict[str, tuple[float, str]] = {}
-        self._module_tokens: dict[str, contextvars.Token] = {}
+        self._module_tokens: dict[str, tuple[contextvars.Token, contextvars.Token]] = {}
         self._lock = threading.Lock()
 
     # predictor scope ------------------------------------------------------------------------
@@ -351,15 +360,18 @@ class TraceCallback(BaseCallback):
         signature = getattr(instance, "signature", None)
         if signature is not None and hasattr(instance, "demos"):
             token = _MODULE.set(getattr(signature, "__name__", type(instance).__name__))
+            cap = getattr(signature, "output_cap_tokens", None)
+            cap_token = _OUTPUT_CAP.set(cap if isinstance(cap, int) and cap > 0 else None)
             with self._lock:
-                self._module_tokens[call_id] = token
+                self._module_tokens[call_id] = (token, cap_token)
 
     def on_module_end(self, call_id: str, outputs: Any, exception: BaseException | None = None):
         with self._lock:
-            token = self._module_tokens.pop(call_id, None)
-        if token is not None:
+            tokens = self._module_tokens.pop(call_id, None)
+        if tokens is not None:
             try:
-                _MODULE.reset(token)
+                _OUTPUT_CAP.reset(tokens[1])
+                _MODULE.reset(tokens[0])
             except ValueError:  # reset from another context: nothing to undo there
                 pass
 

@@ -11,7 +11,7 @@ from ambiqa.errors import ConfigError
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ambiqa.retrieval.colbert import build_index
+    from ambiqa.retrieval.indexing import build_index
 
     corpus = Path(args.corpus)
     if not corpus.is_file():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import dspy
 
@@ -35,6 +35,8 @@ class MatchInterpretation(dspy.Signature):
 
     A listed question counts as the same when it asks for the same fact about the same
     thing, even in other words; a broader, narrower or different question does not count."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the question to look for")
     candidates: str = dspy.InputField(desc="numbered questions, one per line")

@@ -40,10 +40,17 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation import metrics as m
+from ambiqa.evaluation.judge import LMGroundingJudge, LMMatcher, numbered
+from ambiqa.evaluation.metric_names import ALIASES, canonical_name, with_set_parts
 from ambiqa.evaluation.metrics import field_value
 from ambiqa.evaluation.reader import Reader, make_reader
 
 MetricFn = Callable[..., float]
+
+# re-exported: callers look names up where they look metrics up
+__all__ = ["canonical_name", "with_set_parts", "get_metric", "dspy_metric", "judge_name",
+           "METRICS", "NEEDS_READER", "NEEDS_JUDGE", "MetricFn"]
+_AT_K = re.compile(r"^(m?recall|sufficient)@(\d+)$")
 
 
 # ------------------------------------------------------------------ reading examples/predictions
@@ -163,16 +170,12 @@ def default_judge() -> Any:
     """The process-wide LM grounding judge (uses the configured LM at call time); one
     instance so its verdict memo is shared by g-precision, g-recall and g-f1."""
     if "judge" not in _JUDGES:
-        from ambiqa.evaluation.judge import LMGroundingJudge
-
         _JUDGES["judge"] = LMGroundingJudge()
     return _JUDGES["judge"]
 
 
 def default_matcher() -> Any:
     if "matcher" not in _JUDGES:
-        from ambiqa.evaluation.judge import LMMatcher
-
         _JUDGES["matcher"] = LMMatcher()
     return _JUDGES["matcher"]
 
@@ -187,8 +190,6 @@ def grounding_inputs(example: Any, prediction: Any
     ``context`` passage (raw ASQA records), else against the example's annotated
     ``gold_passages`` as one numbered block (what the ASQA loader keeps), else against U_q.
     """
-    from ambiqa.evaluation.judge import numbered
-
     texts = {str(field_value(p, "id", "")): str(field_value(p, "text", "") or "")
              for p in field_value(prediction, "passages", []) or []}
     retrieved = [t for t in texts.values() if t.strip()]
@@ -213,8 +214,6 @@ def grounding_inputs(example: Any, prediction: Any
 
 
 def _g_scores(example: Any, prediction: Any) -> tuple[float, float]:
-    from ambiqa.evaluation.judge import numbered
-
     judge = default_judge()
     generated, gold, pool = grounding_inputs(example, prediction)
     precision = m.grounded_precision(generated, judge)
@@ -318,38 +317,6 @@ def judge_name(metric_names: list[str]) -> str | None:
         names.append(default_matcher().name)
     return ", ".join(names)
 
-_ALIASES = {
-    "rouge-lsum": "rouge-l", "rougel": "rouge-l", "rouge": "rouge-l",
-    "disambig-f1": "d-f1", "df1": "d-f1", "str-exact-match": "str-em",
-    "exact-match": "em", "token-f1": "f1",
-    "g-p": "g-precision", "g-r": "g-recall", "grounded-precision": "g-precision",
-    "grounded-recall": "g-recall", "gf1": "g-f1", "num-interpretations": "n-interp",
-    "ungrounded-recall": "interp-recall", "pair-answer-f1": "answer-f1",
-}
-_AT_K = re.compile(r"^(m?recall|sufficient)@(\d+)$")
-
-
-def with_set_parts(names: list[str]) -> list[str]:
-    """``names`` plus the parts a set-level metric is computed from, each before it: DR
-    needs every question's D-F1 and ROUGE-L (scoring DR computes both anyway, so this costs
-    nothing extra). Given names keep their spelling; parts are added in canonical form."""
-    from ambiqa.evaluation.stats import SET_LEVEL
-
-    out = list(names)
-    have = {canonical_name(n) for n in names}
-    for name in names:
-        for part in SET_LEVEL.get(canonical_name(name), ()):
-            if part not in have:
-                have.add(part)
-                out.insert(out.index(name), part)
-    return out
-
-
-def canonical_name(name: str) -> str:
-    key = str(name).strip().lower().replace("_", "-").replace(" ", "")
-    return _ALIASES.get(key, key)
-
-
 def get_metric(name: str) -> MetricFn:
     """Look up a metric by name; ``recall@K`` / ``mrecall@K`` work for any K >= 1.
 
@@ -365,7 +332,7 @@ def get_metric(name: str) -> MetricFn:
         if kind == "sufficient":
             return _sufficient(k)
         return _mrecall(k) if kind == "mrecall" else _answer_recall(k)
-    known = sorted(METRICS) + sorted(_ALIASES)
+    known = sorted(METRICS) + sorted(ALIASES)
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
     hint = (f"did you mean {canonical_name(close[0])!r}?" if close
             else f"known metrics: {', '.join(sorted(METRICS))}")

@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
-#: set-level metrics: name -> the per-question metrics they are computed from
-SET_LEVEL: dict[str, tuple[str, ...]] = {"dr": ("d-f1", "rouge-l")}
-#: the per-question quantity each set-level metric leaves in a row (for plots only)
-PER_QUESTION_NAME: dict[str, str] = {"dr": "dr_q"}
+from ambiqa.evaluation.metric_names import PER_QUESTION_NAME as PER_QUESTION_NAME  # re-export
+from ambiqa.evaluation.metric_names import SET_LEVEL as SET_LEVEL  # re-export
+from ambiqa.evaluation.metric_names import canonical_name, parts_of, set_level_name
 
 N_RESAMPLES = 2000
 #: fewer questions than this get no interval
@@ -37,20 +36,6 @@ MIN_N = 3
 CONFIDENCE = 0.95
 
 Statistic = Callable[..., Any]
-
-
-def set_level_name(metric: str) -> str | None:
-    """The canonical set-level name ``metric`` spells (``DR`` -> ``dr``), or None."""
-    from ambiqa.evaluation.registry import canonical_name
-
-    key = canonical_name(metric)
-    return key if key in SET_LEVEL else None
-
-
-def parts_of(metric: str) -> tuple[str, ...]:
-    """The per-question metrics ``metric`` is computed from (itself for a plain mean)."""
-    key = set_level_name(metric)
-    return SET_LEVEL[key] if key else (metric,)
 
 
 def set_value(metric: str, arrays: Sequence[Sequence[float]]) -> float:
@@ -89,7 +74,7 @@ def _diff_statistic(metric: str) -> Statistic:
 def _bootstrap(arrays: Sequence[Sequence[float]], stat: Statistic, seed: int
                ) -> tuple[float, float, str]:
     """95% interval of ``stat`` over paired arrays: BCa, else percentile; (lo, hi, method)."""
-    from scipy import stats
+    from scipy import stats  # heavy (~0.5 s); only a run summary with intervals needs it
 
     data = tuple(np.asarray(a, dtype=float) for a in arrays)
     n = len(data[0]) if data else 0
@@ -158,8 +143,6 @@ def part_arrays(rows: Sequence[Mapping[str, Any]], metric: str, *,
 
 def _canonical_get(got: Mapping[str, Any], name: str) -> Any:
     """A row's score for ``name`` under any spelling of it (``D-F1`` for ``d-f1``)."""
-    from ambiqa.evaluation.registry import canonical_name
-
     for k, v in got.items():
         if canonical_name(k) == name:
             return v

@@ -3,7 +3,7 @@
 The measured settings from DESIGN.md are the defaults: 2 threads for prompt and generation,
 4096-token context per slot, greedy decoding, max 512 new tokens. Concurrent calls share the
 model through llama.cpp's slots with continuous batching (``n_parallel``, ``$AMBIQA_SLOTS``);
-each signature's output is capped by :data:`ambiqa.signatures.common.OUTPUT_CAPS` and stops at
+each signature's output is capped by its ``output_cap_tokens`` class attribute and stops at
 the ChatAdapter's end marker. ``EmbeddedSettings.legacy()`` gives the old one-slot, uncapped
 behaviour (kept so benchmarks can measure the difference in one run).
 """

@@ -107,7 +107,7 @@ def make_lm(spec: str | None = None, *, api_base: str | None = None,
     ``$AMBIQA_LM`` supplies the spec when none is given. The embedded model serves
     ``$AMBIQA_SLOTS`` concurrent calls (default :data:`DEFAULT_SLOTS`; 1 makes temperature-0
     replies identical to a serial run) and caps each signature's output
-    (:data:`ambiqa.signatures.common.OUTPUT_CAPS`). Endpoint LMs keep ``max_tokens`` as given.
+    (its ``output_cap_tokens``). Endpoint LMs keep ``max_tokens`` as given.
     """
     spec = spec or os.environ.get("AMBIQA_LM") or "embedded"
     if spec == "embedded" or spec.startswith("embedded:"):

@@ -23,9 +23,20 @@ from ambiqa.envutil import env_seconds
 from ambiqa.errors import ConfigError
 from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.parallel import call_with_deadline
-from ambiqa.tracing import current_module, note_finish_reason, note_max_tokens, record_event
+from ambiqa.tracing import (
+    current_output_cap,
+    note_finish_reason,
+    note_max_tokens,
+    record_event,
+)
 
 log = logging.getLogger(__name__)
+
+#: Where the LM may stop: DSPy's ChatAdapter ends every reply with this marker line and its
+#: parser does not need it, so generation stops there instead of spending tokens on it (or on
+#: anything a small model writes after it). Only the ChatAdapter layout is cut this way; a
+#: JSON-adapter reply never contains the marker.
+STOP_SEQUENCES: tuple[str, ...] = ("[[ ## completed ## ]]",)
 
 
 @dataclass(frozen=True)
@@ -164,7 +175,8 @@ class ResilientEngine:
     def _budgeted(self, request: Any) -> tuple[Any, int]:
         """The request with the calling signature's output cap and the stop marker applied
         (when switched on), and the cap (0: none). The signature is the one the trace
-        callback is running (:func:`ambiqa.tracing.current_module`)."""
+        callback is running; its cap is its ``output_cap_tokens``
+        (:func:`ambiqa.tracing.current_output_cap`)."""
         import dataclasses
 
         cfg = getattr(request, "config", None)
@@ -173,16 +185,12 @@ class ResilientEngine:
         changes: dict[str, Any] = {}
         cap = 0
         if self.output_caps:
-            from ambiqa.signatures.common import output_cap
-
-            limit = output_cap(current_module())
+            limit = current_output_cap()  # the calling signature's output_cap_tokens
             if limit and (cfg.max_tokens is None or cfg.max_tokens > limit):
                 changes["max_tokens"] = cap = limit
             elif limit:
                 cap = cfg.max_tokens
         if self.stop_at_marker and not cfg.response_format:
-            from ambiqa.signatures.common import STOP_SEQUENCES
-
             stops = tuple(cfg.stop or ())
             extra = tuple(s for s in STOP_SEQUENCES if s not in stops)
             if extra:

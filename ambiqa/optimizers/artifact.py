@@ -198,14 +198,18 @@ def check_state(program: Any, state: dict[str, Any], path: Path | str = "<artifa
 
 def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "<artifact>",
                        ) -> None:
-    """Load DSPy state into ``program``, keeping each predictor's signature name.
+    """Load DSPy state into ``program``, keeping each predictor's signature name and cap.
 
     The state is validated first (:func:`check_state`). DSPy rebuilds a signature from saved
     state as an anonymous ``StringSignature``; ambiqa's cost traces and exports name
-    predictors by their signature class, so the name is restored.
+    predictors by their signature class, and the LM applies the class's
+    ``output_cap_tokens``, so both are restored.
     """
     state = check_state(program, state, path)
     names = {n: p.signature.__name__ for n, p in program.named_predictors()}
+    # the output cap is a class attribute of the signature (ambiqa.signatures.common)
+    caps = {n: getattr(p.signature, "output_cap_tokens", None)
+            for n, p in program.named_predictors()}
     try:
         program.load_state(state)
     except Exception as exc:  # DSPy raises various errors on a state that does not fit
@@ -214,6 +218,8 @@ def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "
     for name, predictor in program.named_predictors():
         if name in names:
             predictor.signature.__name__ = names[name]
+            if caps.get(name) is not None:
+                predictor.signature.output_cap_tokens = caps[name]
 
 
 def install_optimizer_hooks(program: Any, manifest: dict[str, Any], *,

@@ -104,7 +104,7 @@ def _write_identity(out: Path, final_path: Path) -> None:
     """Save MiniLM as HF_ColBERT with ``linear.weight = I(384)`` into ``out``."""
     import torch
 
-    from ambiqa.retrieval.colbert import import_colbert
+    from ambiqa.retrieval.colbert.patches import import_colbert
     from ambiqa.retrieval.encoder import minilm_path
 
     import_colbert()

@@ -7,7 +7,7 @@ reading (:class:`ambiqa.signatures.disambiguation.PseudoInterpretations`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import dspy
 
@@ -33,6 +33,8 @@ class TypeAmbiguity(dspy.Signature):
     - None: only if, after looking for each kind above, you find no second reading at all.
     First explain in one or two sentences which words are ambiguous and what they could refer
     to, then give the label alone, without brackets."""
+
+    output_cap_tokens: ClassVar[int] = 128
 
     question: str = dspy.InputField(desc="an ambiguous question, as a user asked it")
     reason: str = dspy.OutputField(

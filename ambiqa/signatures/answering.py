@@ -5,7 +5,7 @@ ambiguous question and answer it, so a reader can recover every disambiguated an
 reference answers are a few sentences; asking for "one paragraph that explains the
 ambiguity" made the 1.5B write commentary up to its 512-token limit before any answer, so the
 prompts ask for what the papers' prompts ask for -- each interpretation with its answer, and
-nothing else -- and :data:`ambiqa.signatures.common.OUTPUT_CAPS` caps the reply.
+nothing else -- and each signature's ``output_cap_tokens`` caps the reply.
 
 Field order is part of the cost: llama.cpp reuses the longest prompt prefix it has already
 computed, so an input that several calls of one question share comes before the inputs that
@@ -15,6 +15,8 @@ question first). ``tests/unit/test_lm.py`` pins the order.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import dspy
 
@@ -26,6 +28,8 @@ class WriteLongAnswer(dspy.Signature):
     person, the time, the place, the version) and gives its answer. Use the facts in the
     interpretations and passages; when no passages are given, answer from your own knowledge.
     Start with the first answer: no remarks about the question, no introduction, no summary."""
+
+    output_cap_tokens: ClassVar[int] = 256
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     interpretations: str = dspy.InputField(
@@ -43,6 +47,8 @@ class ClosedBookLongAnswer(dspy.Signature):
     gives its answer. Start with the first answer: no remarks about the question, no
     introduction, no summary."""
 
+    output_cap_tokens: ClassVar[int] = 256
+
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     long_answer: str = dspy.OutputField(
         desc="a few sentences, one per meaning, each naming it and giving its answer")
@@ -56,6 +62,8 @@ class AnswerFromMemories(dspy.Signature):
 
     Use the evidence notes and the answered sub-questions together. Reply with the answer
     alone (a name, date, number, yes/no or short phrase): no full sentence, no explanation."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the main question")
     global_evidence: str = dspy.InputField(desc="evidence notes collected, one per round")
@@ -71,6 +79,8 @@ class AnswerFromReasoning(dspy.Signature):
     Reply with the answer alone (a name, date, number, yes/no or short phrase): no full
     sentence, no explanation."""
 
+    output_cap_tokens: ClassVar[int] = 48
+
     question: str = dspy.InputField(desc="the multi-hop question")
     passages: str = dspy.InputField(desc="numbered passages retrieved while reasoning")
     reasoning: str = dspy.InputField(desc="the reasoning sentences, one per line")
@@ -82,6 +92,8 @@ class ShortAnswer(dspy.Signature):
     place), not a sentence. Take the passages as true when they are given; when the passages
     field says there are none, answer from what you know."""
 
+    output_cap_tokens: ClassVar[int] = 48
+
     question: str = dspy.InputField(desc="a factual question")
     passages: str = dspy.InputField(desc="numbered evidence passages, or '(no passages)'")
     answer: str = dspy.OutputField(desc="the answer in a few words, no explanation")
@@ -92,6 +104,8 @@ class ShortAnswerOrUnknown(dspy.Signature):
     place), not a sentence, taken from the passages. If no passage states the answer, reply
     unknown. The answer is never the person, place or thing the question itself names."""
 
+    output_cap_tokens: ClassVar[int] = 48
+
     question: str = dspy.InputField(desc="a factual question")
     passages: str = dspy.InputField(desc="numbered passages that may or may not hold the answer")
     answer: str = dspy.OutputField(desc="the answer in a few words, or unknown")
@@ -100,6 +114,8 @@ class ShortAnswerOrUnknown(dspy.Signature):
 class BackgroundDocument(dspy.Signature):
     """Write a short background paragraph, from your own knowledge, that contains the facts
     needed to answer the question. Do not ask for documents; state what you know."""
+
+    output_cap_tokens: ClassVar[int] = 192
 
     question: str = dspy.InputField(desc="a factual question")
     background: str = dspy.OutputField(desc="one informative paragraph about the question's topic")
@@ -110,6 +126,8 @@ class ReadShortAnswer(dspy.Signature):
 
     Copy the few words of the context that answer the question (a name, date, number or
     place), without a full sentence. If the context does not answer it, reply "unknown"."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     context: str = dspy.InputField(desc="the only text you may read to answer")
     question: str = dspy.InputField(desc="a specific, unambiguous question")

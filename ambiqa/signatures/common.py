@@ -2,10 +2,10 @@
 
 Budgets live next to the signatures because they are part of what a prompt asks for: a
 yes/no signature needs a few output tokens, a long answer a few sentences, and a passage
-should be about the ~100 words the papers' retrievers returned. The LM layer
-(:mod:`ambiqa.lm`) applies :data:`OUTPUT_CAPS` by the name of the signature making the call;
-programs get the passage budget through :func:`budget_words`, which the shared passage
-formatting calls. Every cut is counted in the cost trace, never silent.
+should be about the ~100 words the papers' retrievers returned. Each signature class states
+its output cap (``output_cap_tokens``), which the LM layer (:mod:`ambiqa.lm`) applies to the
+calls that signature makes; programs get the passage budget through :func:`budget_words`,
+which the shared passage formatting calls. Every cut is counted in the cost trace, never silent.
 """
 
 from __future__ import annotations
@@ -29,60 +29,24 @@ class QAPair(BaseModel):
                                                 "0 if none")
 
 
-# ---- output caps -------------------------------------------------------------------------
-#: Most new tokens a call of each signature may produce, by signature class name. The figures
-#: are DSPy ChatAdapter replies (field headers included, ~8 tokens each) with room to spare:
-#: a bool or a few-word answer fits in 48, a list of rewritten questions in ~200, an ASQA long
-#: answer (references are a few sentences, ~65 words) in 256. A reply that reaches its cap is
-#: marked ``finish_reason="length"`` and counted as truncated in the trace. Signatures not
-#: listed keep the LM's own ``max_tokens``.
-OUTPUT_CAPS: dict[str, int] = {
-    # yes/no and labels
-    "VerifyInterpretation": 48,
-    "SelfVerify": 48,
-    "SelfVerifyStrict": 48,
-    "JudgeEntailment": 48,
-    "JudgeSufficiency": 48,
-    "MatchInterpretation": 48,
-    "TypeAmbiguity": 128,
-    # short answers and queries
-    "ShortAnswer": 48,
-    "ShortAnswerOrUnknown": 48,
-    "ReadShortAnswer": 48,
-    "AnswerFromMemories": 48,
-    "AnswerFromReasoning": 48,
-    "RelaxQuery": 48,
-    "SummarizeLocalPathway": 48,
-    "PlanNextQuestion": 64,
-    "NextReasoningStep": 96,
-    "InterpretFromPassage": 128,
-    # a quoted evidence sentence, then yes/no (Diva's retrieval verifier, ToC's "evidence").
-    # Diva's verifier keeps its paper's 300 (Diva calls with max 300 anyway): the 1.5B often
-    # quotes a whole passage as "evidence" (up to ~105 words in benchmarks/verifier.py's rows),
-    # and at 160 such a reply was cut before its yes/no -- 16 of 148 replies in the ASQA
-    # evidence run, 12 of 42 in the throughput run -- and paid a full JSON-adapter retry.
-    "VerifyRetrieval": 300,
-    "SelfVerifyEvidence": 160,
-    # lists and paragraphs
-    "PseudoInterpretations": 256,
-    "ClarifyFromPassages": 384,
-    "SummarizeGlobalEvidence": 192,
-    "CompressForQuery": 192,
-    "BackgroundDocument": 192,
-    "WriteLongAnswer": 256,
-    "ClosedBookLongAnswer": 256,
-}
-
-#: Where the LM may stop: DSPy's ChatAdapter ends every reply with this marker line and its
-#: parser does not need it, so generation stops there instead of spending tokens on it (or on
-#: anything a small model writes after it). Only the ChatAdapter layout is cut this way; a
-#: JSON-adapter reply never contains the marker.
-STOP_SEQUENCES: tuple[str, ...] = ("[[ ## completed ## ]]",)
+# ---- output caps ------------------------------------------------------------------------
+#: Each signature class states the most new tokens one of its calls may produce as a class
+#: attribute, ``output_cap_tokens: ClassVar[int]`` (a ``ClassVar``, so DSPy does not read it
+#: as a field and it never enters a prompt). The trace callback notes the calling
+#: signature's cap (:func:`ambiqa.tracing.current_output_cap`) and the LM engine applies it
+#: (:class:`ambiqa.lm.resilience.ResilientEngine`), so renaming a signature keeps its cap.
+#: The figures are DSPy ChatAdapter replies (field headers included, ~8 tokens each) with
+#: room to spare: a bool or a few-word answer fits in 48, a list of rewritten questions in
+#: ~200, an ASQA long answer (references are a few sentences, ~65 words) in 256. A reply that
+#: reaches its cap is marked ``finish_reason="length"`` and counted as truncated in the
+#: trace. ``tests/unit/signatures`` checks that every signature has one.
+CAP_ATTRIBUTE = "output_cap_tokens"
 
 
-def output_cap(signature: str) -> int | None:
-    """The cap for ``signature`` (a class name), or ``None`` when it has none."""
-    return OUTPUT_CAPS.get(signature)
+def output_cap(signature: type) -> int | None:
+    """The output cap a signature class states, or ``None`` when it has none."""
+    cap = getattr(signature, CAP_ATTRIBUTE, None)
+    return cap if isinstance(cap, int) and cap > 0 else None
 
 
 # ---- passage budget ----------------------------------------------------------------------

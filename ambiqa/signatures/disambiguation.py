@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import dspy
 
 from ambiqa.signatures.common import QAPair
@@ -14,6 +16,8 @@ class ClarifyFromPassages(dspy.Signature):
     Each specific question must be a complete question that has exactly one answer. Give a
     short answer (a name, date, number or short phrase), copied from a passage, and the number
     of that passage. If the question is not ambiguous, return it once with its answer."""
+
+    output_cap_tokens: ClassVar[int] = 384
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
@@ -31,6 +35,8 @@ class PseudoInterpretations(dspy.Signature):
     where), is a complete question with a single answer, and differs from the other
     rewrites. Do not answer the questions."""
 
+    output_cap_tokens: ClassVar[int] = 256
+
     question: str = dspy.InputField(desc="the original, ambiguous question")
     ambiguity_type: str = dspy.InputField(
         desc="the kind of ambiguity: AmbSub, AmbObj, AmbPred, AmbTime, AmbLoc, or None if "
@@ -46,6 +52,8 @@ class RelaxQuery(dspy.Signature):
 
     Keep the main entity and topic words. Leave out details that would narrow the search to a
     single reading (one year, one version, one person), and add no facts of your own."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     relaxed_query: str = dspy.OutputField(desc="a short keyword-style search query")
@@ -64,6 +72,8 @@ class InterpretFromPassage(dspy.Signature):
     only what the passage states, not your own knowledge. If the passage is off topic or does
     not fully answer any reading on its own, set abstain to True and write "none" for the
     interpretation and the answer."""
+
+    output_cap_tokens: ClassVar[int] = 128
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     passage: str = dspy.InputField(desc="one evidence passage")

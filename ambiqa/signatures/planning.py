@@ -3,6 +3,8 @@ reasoner; the IRCoT-style baseline)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import dspy
 
 # ---- ReSP's reasoner: judge, then plan ------------------------------------------------------
@@ -13,6 +15,8 @@ class JudgeSufficiency(dspy.Signature):
 
     Rely only on what the notes state; do not fill gaps with guesses or outside knowledge.
     Say True only if every fact the question depends on is present, otherwise False."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the main question")
     global_evidence: str = dspy.InputField(desc="evidence notes collected so far, one per round")
@@ -28,6 +32,8 @@ class PlanNextQuestion(dspy.Signature):
     that a search engine could answer and that finds the next missing fact. Ask for a single
     step only, not the whole chain. Never ask a question that is already in the searched
     list, even reworded."""
+
+    output_cap_tokens: ClassVar[int] = 64
 
     question: str = dspy.InputField(desc="the main question")
     global_evidence: str = dspy.InputField(desc="evidence notes collected so far, one per round")
@@ -48,6 +54,8 @@ class NextReasoningStep(dspy.Signature):
     Write only the next sentence, stating one fact taken from the passages that moves the
     chain forward. Once the chain reaches the answer, write a sentence of the form
     "So the answer is: <short answer>."."""
+
+    output_cap_tokens: ClassVar[int] = 96
 
     question: str = dspy.InputField(desc="the multi-hop question")
     passages: str = dspy.InputField(desc="numbered passages retrieved so far")

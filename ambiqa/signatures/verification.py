@@ -3,6 +3,8 @@ answer the original question (Diva retrieval verification, ToC self-verification
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import dspy  # noqa: F401
 
 
@@ -10,6 +12,8 @@ class JudgeEntailment(dspy.Signature):
     """Decide whether two short answers to the same question say the same thing, that is,
     whether each one, as an answer to this question, implies the other (different wording of
     the same name, date or number counts as the same)."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the question both answers respond to")
     answer_a: str = dspy.InputField(desc="the first answer")
@@ -25,6 +29,8 @@ class SelfVerify(dspy.Signature):
     Say True if, reading the passage, the answer could be a correct answer to the original
     question under some reading of it; say False if it answers something else or the passage
     does not back it."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     passage: str = dspy.InputField(desc="the evidence passage the answer came from")
@@ -43,6 +49,9 @@ class SelfVerifyEvidence(dspy.Signature):
     question under some reading of it, and no if it answers something else or the passage
     does not mention it."""
 
+    # a quoted evidence sentence, then yes/no (ToC's "evidence" check)
+    output_cap_tokens: ClassVar[int] = 160
+
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     passage: str = dspy.InputField(desc="the evidence passage the answer came from")
     answer: str = dspy.InputField(desc="the short answer proposed")
@@ -59,6 +68,8 @@ class SelfVerifyStrict(dspy.Signature):
     of the question and a short answer. Say True only if both hold: the rewrite still asks what
     the original question asks (it narrows it down, it does not switch to a different or
     unrelated fact), and the passage backs the answer to the rewrite. Otherwise say False."""
+
+    output_cap_tokens: ClassVar[int] = 48
 
     question: str = dspy.InputField(desc="the original, possibly ambiguous question")
     passage: str = dspy.InputField(desc="the evidence passage for that answer")
@@ -98,6 +109,8 @@ class VerifyInterpretation(dspy.Signature):
     merely on the same topic, or that answer a different reading of the question, do not
     count."""
 
+    output_cap_tokens: ClassVar[int] = 48
+
     interpretation: str = dspy.InputField(desc="one specific, unambiguous question")
     passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
     supported: bool = dspy.OutputField(
@@ -116,6 +129,13 @@ class VerifyRetrieval(dspy.Signature):
     number, or write "none" if no passage states it. Then reply yes if a passage states the
     answer, even in other words, and no if the passages are only on the same topic, answer a
     different question, or say nothing about it."""
+
+    # a quoted evidence sentence, then yes/no. Diva's paper uses 300 (Diva calls with max 300
+    # anyway): the 1.5B often quotes a whole passage as "evidence" (up to ~105 words in
+    # benchmarks/verifier.py's rows), and at 160 such a reply was cut before its yes/no -- 16
+    # of 148 replies in the ASQA evidence run, 12 of 42 in the throughput run -- and paid a
+    # full JSON-adapter retry.
+    output_cap_tokens: ClassVar[int] = 300
 
     passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
     interpretation: str = dspy.InputField(desc="one specific, unambiguous question")

@@ -202,7 +202,7 @@ def test_output_caps_and_stop_marker_are_applied_per_signature(use_lm):
     import dspy
 
     from ambiqa.signatures.answering import ClosedBookLongAnswer
-    from ambiqa.signatures.common import OUTPUT_CAPS, STOP_SEQUENCES
+    from ambiqa.lm.resilience import STOP_SEQUENCES
     from ambiqa.signatures.verification import VerifyInterpretation
 
     reply = llama_reply("[[ ## supported ## ]]\nTrue", 300, 300, 0, 5)
@@ -210,16 +210,16 @@ def test_output_caps_and_stop_marker_are_applied_per_signature(use_lm):
     use_lm(fake_embedded_lm(server))
     with track() as t:
         dspy.Predict(VerifyInterpretation)(interpretation="q?", passages="[1] p")
-    assert server.bodies[-1]["max_tokens"] == OUTPUT_CAPS["VerifyInterpretation"] < 512
+    assert server.bodies[-1]["max_tokens"] == VerifyInterpretation.output_cap_tokens < 512
     assert list(STOP_SEQUENCES) == [s for s in server.bodies[-1]["stop"] if s in STOP_SEQUENCES]
-    assert t.records[0].max_tokens == OUTPUT_CAPS["VerifyInterpretation"]
+    assert t.records[0].max_tokens == VerifyInterpretation.output_cap_tokens
     # a reply cut at its cap is counted as truncated, per signature
     cut = llama_reply("[[ ## long_answer ## ]]\nIt is A and", 300, 300, 0,
-                      OUTPUT_CAPS["ClosedBookLongAnswer"], finish="length")
+                      ClosedBookLongAnswer.output_cap_tokens, finish="length")
     server.replies = [cut]
     with track() as t:
         dspy.Predict(ClosedBookLongAnswer)(question="q")
-    assert server.bodies[-1]["max_tokens"] == OUTPUT_CAPS["ClosedBookLongAnswer"]
+    assert server.bodies[-1]["max_tokens"] == ClosedBookLongAnswer.output_cap_tokens
     assert t.truncated_calls == 1
     assert t.by_signature()["ClosedBookLongAnswer"]["truncated"] == 1
 
@@ -311,39 +311,7 @@ def test_passage_budget_cuts_long_passages_and_counts_each_cut():
     assert t.passages_cut == 0
 
 
-def test_output_caps_name_real_signatures():
-    import importlib
-    import pkgutil
-
-    import ambiqa.signatures as pkg
-    from ambiqa.signatures.common import OUTPUT_CAPS
-
-    names = set()
-    for info in pkgutil.iter_modules(pkg.__path__):
-        names |= set(vars(importlib.import_module(f"ambiqa.signatures.{info.name}")))
-    names |= set(vars(importlib.import_module("ambiqa.evaluation.judge")))
-    assert set(OUTPUT_CAPS) <= names
-    assert all(0 < cap < 512 for cap in OUTPUT_CAPS.values())
-
-
-def test_every_program_signature_has_an_output_cap():
-    """A signature added without a cap would silently fall back to the LM's 512 tokens."""
-    import importlib
-    import pkgutil
-
-    import dspy
-
-    import ambiqa.signatures as pkg
-    from ambiqa.signatures.common import OUTPUT_CAPS
-
-    signatures = set()
-    for info in pkgutil.iter_modules(pkg.__path__):
-        module = importlib.import_module(f"ambiqa.signatures.{info.name}")
-        signatures |= {name for name, obj in vars(module).items()
-                       if isinstance(obj, type) and issubclass(obj, dspy.Signature)
-                       and obj is not dspy.Signature and obj.__module__ == module.__name__}
-    assert signatures, "no signatures found"
-    assert signatures - set(OUTPUT_CAPS) == set()
+# every signature's output cap: tests/unit/signatures/test_output_caps.py
 
 
 #: input field order of the answering signatures: inputs shared by several calls of one

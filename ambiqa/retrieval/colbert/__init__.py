@@ -6,7 +6,8 @@ see the :class:`~ambiqa.retrieval.base.Retriever` protocol.
 
 This module is the package's front; the work is split by concern:
 
-* :mod:`.retriever` -- :class:`ColBERTRetriever` (load, search, get) and :func:`build_index`;
+* :mod:`.retriever` -- :class:`ColBERTRetriever` (load, search, get) (``ambiqa index`` builds
+  through :func:`ambiqa.retrieval.indexing.build_index`, one index or a sharded one);
 * :mod:`.build` -- the temporary-directory build and the swap into place;
 * :mod:`.manifest` -- the manifest schema and its checks, the collection file, the corpus
   fingerprint;
@@ -95,10 +96,9 @@ from ambiqa.retrieval.colbert.retriever import (
     COLBERT_AI_SETTINGS,
     SEARCH_SETTINGS,
     ColBERTRetriever,
-    build_index,
 )
 
-__all__ = ["ColBERTRetriever", "build_index", "fit_query_tensors", "QUERY_HARD_MAX",
+__all__ = ["ColBERTRetriever", "fit_query_tensors", "QUERY_HARD_MAX",
            "corpus_fingerprint", "read_manifest", "validate_manifest", "check_corpus",
            "iter_corpus", "import_colbert", "install_query_fit", "query_fit_for_training",
            "query_token_count", "captured_output", "check_colbert_files", "read_collection",

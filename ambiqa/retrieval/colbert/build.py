@@ -43,6 +43,7 @@ from ambiqa.retrieval.colbert.patches import (
 )
 from ambiqa.retrieval.colbert.progress import BuildProgress, captured_output
 from ambiqa.types import Passage
+from ambiqa.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,4 @@ def pid_alive(pid: int) -> bool:
 
 
 def _ambiqa_version() -> str:
-    from ambiqa import __version__
-
     return __version__

@@ -1,8 +1,10 @@
 """The ColBERT retriever: open a built index, search it, get passages by id.
 
 :class:`ColBERTRetriever` is the thin front (like colbert-ai's own ``Searcher``);
-:meth:`ColBERTRetriever.build` and :func:`build_index` hand the work to
-:mod:`ambiqa.retrieval.colbert.build` and open the result.
+:meth:`ColBERTRetriever.build` hands the work to :mod:`ambiqa.retrieval.colbert.build` and
+opens the result. ``ambiqa index``'s entry point, which also builds sharded indexes, is
+:func:`ambiqa.retrieval.indexing.build_index` (above this module and
+:mod:`ambiqa.retrieval.sharded`, so neither imports the other in a circle).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ambiqa.checks import check_int
 from ambiqa.errors import AmbiqaError, RetrievalIndexError
 from ambiqa.retrieval.base import TimedSearch, check_query
+from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
 from ambiqa.retrieval.colbert.build import build
 from ambiqa.retrieval.colbert.manifest import (
     LOG_FILE,
@@ -194,8 +196,6 @@ class ColBERTRetriever(SharedResource):
     def _ensure_searcher(self) -> Any:
         if self._searcher is not None:
             return self._searcher
-        from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
-
         import_colbert()
         ckpt = self.manifest["checkpoint"]
         path = Path(ckpt["path"])
@@ -214,6 +214,7 @@ class ColBERTRetriever(SharedResource):
                 f"index {self.index_dir} was built with checkpoint {ckpt.get('id')}"
                 f" but {path} now holds {info['id']}",
                 hint=f"rebuild the index: {rebuild_hint(self.index_name)}")
+        # colbert-ai (and torch under it) loads only when an index is searched
         from colbert.data import Collection
         from colbert.infra import Run, RunConfig
         from colbert.searcher import Searcher
@@ -269,33 +270,3 @@ class ColBERTRetriever(SharedResource):
         scored.sort(key=lambda t: (-t[0], t[1]))
         return [p for _, p in scored], [s for s, _ in scored]
 
-
-def build_index(corpus_path: str | os.PathLike[str], name: str,
-                index_root: str | os.PathLike[str] | None = None,
-                checkpoint: str | os.PathLike[str] | None = None,
-                progress: bool = True, nranks: int = 1, kmeans_share: float | None = None,
-                shards: int = 1) -> Any:
-    """What ``ambiqa index CORPUS --name NAME`` runs (the CLI prints the summary).
-
-    ``index_root`` defaults to ``$AMBIQA_INDEX_ROOT`` or ``$AMBIQA_CACHE/indexes``;
-    ``checkpoint`` to :func:`~ambiqa.retrieval.checkpoint.default_checkpoint` (the trained
-    checkpoint when it is in the cache, else the identity one). ``shards > 1`` splits the
-    corpus into consecutive parts indexed one after another as ``NAME-0`` ... and records them
-    in ``NAME.shards.json``; ``open_retriever("NAME")`` then searches all parts and merges by
-    score. Each part is streamed from the file, so memory is bounded by one part.
-    """
-    from ambiqa.retrieval.checkpoint import default_checkpoint
-    from ambiqa.retrieval.factory import index_root as default_root
-
-    root = Path(index_root).expanduser() if index_root else default_root()
-    ckpt = Path(checkpoint) if checkpoint else default_checkpoint()
-    check_int("shards", shards)
-    if shards > 1:
-        from ambiqa.retrieval.sharded import build_sharded
-
-        retriever = build_sharded(corpus_path, name, root, shards, checkpoint=ckpt,
-                                  progress=progress, nranks=nranks, kmeans_share=kmeans_share)
-        return retriever
-    return ColBERTRetriever.build(
-        str(corpus_path), index_root=root, name=name, checkpoint=ckpt, progress=progress,
-        nranks=nranks, kmeans_share=kmeans_share)

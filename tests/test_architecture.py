@@ -1,0 +1,272 @@
+"""The import rules of docs/architecture.md, checked by reading the source (nothing is imported).
+
+Two rules:
+
+* **No circles.** No ambiqa module depends on itself through other ambiqa modules, counting
+  every import: at module level, inside functions and under ``TYPE_CHECKING``. An import
+  inside a function hides a circle from Python but not from the design, so it counts.
+  A second check follows what Python really runs at import time (module-level imports plus
+  the ``__init__`` of every package an import enters from outside): a circle there fails
+  whenever the import starts from the wrong end.
+* **Layers.** An ambiqa module imports only modules of its own layer or lower ones (see
+  :data:`LAYERS`): foundation <- components (data, signatures, retrieval, evaluation) <-
+  programs <- optimizers <- api/jobs <- cli/serve.
+
+Known exceptions are listed edge by edge in :data:`CYCLE_EDGES_ALLOWED` and
+:data:`CLIMBS_ALLOWED`, each naming its issue; a listed edge that no longer exists fails the
+test too, so the lists only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "ambiqa"
+
+#: layer number -> module prefixes (a prefix covers its submodules). Lower layers never import
+#: higher ones. Same-layer imports are allowed (the circle test still applies).
+LAYERS: dict[int, tuple[str, ...]] = {
+    0: ("ambiqa.errors", "ambiqa.paths", "ambiqa.fsutil", "ambiqa.types", "ambiqa.tracing",
+        "ambiqa.lm", "ambiqa.checks", "ambiqa.envutil", "ambiqa.parallel", "ambiqa.version",
+        "ambiqa.text"),
+    1: ("ambiqa.data", "ambiqa.signatures", "ambiqa.retrieval", "ambiqa.evaluation"),
+    2: ("ambiqa.programs",),
+    3: ("ambiqa.optimizers",),
+    # the top-level package (its __init__ is the public API) and what sits beside it
+    4: ("ambiqa", "ambiqa.api", "ambiqa.jobs", "ambiqa.doctor", "ambiqa.testing"),
+    5: ("ambiqa.cli", "ambiqa.serve"),
+}
+LAYER_NAMES = {0: "foundation", 1: "components", 2: "programs", 3: "optimizers", 4: "api",
+               5: "cli/serve"}
+
+#: (importer, imported) edges left out of the circle checks until their issue moves them.
+CYCLE_EDGES_ALLOWED: dict[tuple[str, str], str] = {
+    # issue 36: the runner writes the report and the report reads the runner's rows; the
+    # report is to be written by the runner's caller (runner.py and report.py are owned by
+    # the failures and reports work of issue 36 / 35).
+    ("ambiqa.evaluation.runner", "ambiqa.evaluation.report"): "issue 36",
+    # issue 36: reader_data's functions take reader_training's TrainConfig (type only);
+    # TrainConfig is to move below both (reader_* are owned by the reader work).
+    ("ambiqa.evaluation.reader_data", "ambiqa.evaluation.reader_training"): "issue 36",
+}
+
+#: (importer, imported) edges allowed to climb a layer until their issue moves them.
+CLIMBS_ALLOWED: dict[tuple[str, str], str] = {
+    # issue 36: a resumed run's stored settings are compared with the program constructor's
+    # defaults; the caller (api/cli) should hand run_dir those defaults (run_dir.py is owned
+    # by the failures work).
+    ("ambiqa.evaluation.run_dir", "ambiqa.programs.registry"): "issue 36",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    where: str  # "module", "function" or "type-checking"
+
+
+def _module_name(path: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts), is_package
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    """Every ambiqa module: name -> (file, is a package's __init__)."""
+    out = {}
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        name, is_package = _module_name(path)
+        out[name] = (path, is_package)
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports(mods: dict[str, tuple[Path, bool]] | None = None) -> list[Import]:
+    """Every import of an ambiqa module by an ambiqa module, with where it sits."""
+    mods = modules() if mods is None else mods
+
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    found: list[Import] = []
+    for name, (path, is_package) in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        base = name if is_package else name.rpartition(".")[0]
+
+        def add(target: str | None, node: ast.stmt, where: str, importer: str = name) -> None:
+            if target and target != importer:
+                found.append(Import(importer, target, node.lineno, where))
+
+        def visit(node: ast.AST, where: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = where
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    inner = "function" if where == "module" else where
+                elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                    inner = "type-checking"
+                if isinstance(child, ast.Import):
+                    for alias in child.names:
+                        if alias.name.split(".")[0] == PACKAGE:
+                            add(known(alias.name), child, where)
+                elif isinstance(child, ast.ImportFrom):
+                    if child.level:
+                        anchor = base
+                        for _ in range(child.level - 1):
+                            anchor = anchor.rpartition(".")[0]
+                        source = f"{anchor}.{child.module}" if child.module else anchor
+                    else:
+                        source = child.module or ""
+                    if source.split(".")[0] != PACKAGE:
+                        continue
+                    for alias in child.names:
+                        full = f"{source}.{alias.name}"
+                        add(full if full in mods else known(source), child, where)
+                visit(child, inner)
+
+        visit(tree, "module")
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer): the longest prefix wins
+    for layer, prefixes in LAYERS.items():
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), layer)
+    return None if best is None else best[1]
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One circle in the graph (as a path that ends where it starts), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = dfs(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = dfs(node)
+            if found:
+                return found
+    return None
+
+
+def _where(found: list[Import], cycle: list[str]) -> str:
+    lines = []
+    for a, b in zip(cycle, cycle[1:], strict=False):
+        hit = next(i for i in found if i.importer == a and i.imported == b)
+        lines.append(f"  {a} (line {hit.line}, {hit.where}) imports {b}")
+    return "\n".join(lines)
+
+
+def design_graph(found: list[Import]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for imp in found:
+        if (imp.importer, imp.imported) not in CYCLE_EDGES_ALLOWED:
+            edges.setdefault(imp.importer, set()).add(imp.imported)
+    return edges
+
+
+def import_time_graph(found: list[Import], mods: dict[str, tuple[Path, bool]]
+                      ) -> tuple[dict[str, set[str]], list[Import]]:
+    """What runs at import: module-level imports, plus the ``__init__`` of each package an
+    import enters from outside it (a module's own enclosing packages are already running)."""
+    edges: dict[str, set[str]] = {}
+    shown: list[Import] = []
+    for imp in found:
+        if imp.where != "module" or (imp.importer, imp.imported) in CYCLE_EDGES_ALLOWED:
+            continue
+        targets = [imp.imported]
+        parent = imp.imported.rpartition(".")[0]
+        while parent:
+            if parent in mods and not (imp.importer + ".").startswith(parent + "."):
+                targets.append(parent)
+            parent = parent.rpartition(".")[0]
+        for target in targets:
+            edges.setdefault(imp.importer, set()).add(target)
+            shown.append(Import(imp.importer, target, imp.line, "module"))
+    return edges, shown
+
+
+# ---- the rules ----------------------------------------------------------------------------
+
+def test_the_import_walk_sees_every_kind_of_import() -> None:
+    """The walker is the test's foundation: check it on the kinds it must see."""
+    found = imports()
+    kinds = {i.where for i in found}
+    assert kinds == {"module", "function", "type-checking"}, kinds
+    pairs = {(i.importer, i.imported) for i in found}
+    assert ("ambiqa.programs.diva", "ambiqa.signatures.disambiguation") in pairs
+    assert len(found) > 300
+
+
+def test_find_cycle_finds_a_circle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}}) is None
+
+
+def test_no_import_circles_among_ambiqa_modules() -> None:
+    found = imports()
+    cycle = find_cycle(design_graph(found))
+    assert cycle is None, ("import circle (move what both sides need to a lower module):\n"
+                           + _where(found, cycle))
+
+
+def test_no_circles_at_import_time_through_package_inits() -> None:
+    mods = modules()
+    edges, shown = import_time_graph(imports(mods), mods)
+    cycle = find_cycle(edges)
+    assert cycle is None, ("circle at import time (a package __init__ re-exports a module "
+                           "that imports back into the package):\n" + _where(shown, cycle))
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = sorted(m for m in modules() if layer_of(m) is None)
+    assert not missing, f"add these modules to LAYERS in {__file__}: {missing}"
+
+
+def test_no_import_climbs_a_layer() -> None:
+    climbs = []
+    for imp in imports():
+        low, high = layer_of(imp.importer), layer_of(imp.imported)
+        if low is None or high is None or high <= low:
+            continue
+        if (imp.importer, imp.imported) in CLIMBS_ALLOWED:
+            continue
+        climbs.append(f"  {imp.importer} (line {imp.line}, {imp.where}, "
+                      f"{LAYER_NAMES[low]}) imports {imp.imported} ({LAYER_NAMES[high]})")
+    assert not climbs, ("imports that climb a layer (docs/architecture.md): move the shared "
+                        "piece down, or let the caller pass it in:\n" + "\n".join(climbs))
+
+
+def test_allow_lists_only_name_edges_that_exist() -> None:
+    """A fixed exception must leave its list, so the lists only shrink."""
+    pairs = {(i.importer, i.imported) for i in imports()}
+    stale = sorted(set(CYCLE_EDGES_ALLOWED) - pairs) + sorted(set(CLIMBS_ALLOWED) - pairs)
+    assert not stale, f"remove these fixed edges from the allow-lists: {stale}"
