@@ -23,24 +23,89 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DSPY_CACHEDIR", str(cache_root() / "dspy"))
 
-__version__ = "0.1.0"
-__all__ = ["__version__", "load", "make_lm", "configure"]
+from ambiqa.version import __version__  # noqa: E402  (after the environment defaults)
+
+#: public name -> "module:attribute", imported on first access (``import ambiqa`` stays light:
+#: no DSPy, torch or network until a name is used)
+_LAZY: dict[str, str] = {
+    # the verbs (ambiqa.api)
+    "index": "ambiqa.api.indexing:index",
+    "open_index": "ambiqa.api.targets:open_index",
+    "evaluate": "ambiqa.api.jobs:evaluate",
+    "compile": "ambiqa.api.jobs:compile",
+    "tune": "ambiqa.api.jobs:tune",
+    "export": "ambiqa.api.jobs:export",
+    "resolve": "ambiqa.api.targets:resolve",
+    "IndexSettings": "ambiqa.api.indexing:IndexSettings",
+    "IndexResult": "ambiqa.api.indexing:IndexResult",
+    "EvaluateSettings": "ambiqa.api.jobs:EvaluateSettings",
+    "EvaluateResult": "ambiqa.api.jobs:EvaluateResult",
+    "CompileSettings": "ambiqa.api.jobs:CompileSettings",
+    "CompileResult": "ambiqa.api.jobs:CompileResult",
+    "ExportSettings": "ambiqa.api.jobs:ExportSettings",
+    "ExportResult": "ambiqa.api.jobs:ExportResult",
+    "TuneConfig": "ambiqa.optimizers.tune:TuneConfig",
+    # the programs
+    "ClosedBook": "ambiqa.programs.closed_book:ClosedBook",
+    "VanillaRAG": "ambiqa.programs.vanilla_rag:VanillaRAG",
+    "QueryRefinementClosedBook": "ambiqa.programs.query_refinement:QueryRefinementClosedBook",
+    "Diva": "ambiqa.programs.diva:Diva",
+    "TreeOfClarifications": "ambiqa.programs.toc:TreeOfClarifications",
+    "VerDICt": "ambiqa.programs.verdict:VerDICt",
+    "ReSP": "ambiqa.programs.resp:ReSP",
+    "IRCoT": "ambiqa.programs.ircot:IRCoT",
+    "EoR": "ambiqa.programs.eor:EoR",
+    "AmbiqaProgram": "ambiqa.programs.base:AmbiqaProgram",
+    "build": "ambiqa.programs.registry:build_program",
+    "PROGRAMS": "ambiqa.programs.registry:PROGRAMS",
+    # data and retrieval
+    "Passage": "ambiqa.types:Passage",
+    "load_dataset": "ambiqa.data.specs:load_dataset",
+    "load_corpus": "ambiqa.data.corpus:load_corpus",
+    "as_retriever": "ambiqa.retrieval.factory:as_retriever",
+}
+
+__all__ = ["__version__", "load", "make_lm", "configure", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use (PEP 562)."""
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'ambiqa' has no attribute {name!r}")
+    import importlib
+
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load(path: str | os.PathLike[str], **kwargs: Any) -> Any:
-    """Load a compiled program artifact (JSON) and return a callable DSPy module."""
-    from ambiqa.optimizers.artifact import load_artifact
+    """Load a compiled artifact, or the JSON a program's own ``.save()`` wrote; return the
+    callable program. Its index is opened by the name and kind the file records (a missing
+    index or a different fingerprint is an error), unless ``retriever=`` gives one. See
+    :func:`ambiqa.api.targets.load` for every option."""
+    from ambiqa.api.targets import load as _load
 
-    return load_artifact(path, **kwargs)
+    return _load(path, **kwargs)
 
 
 def make_lm(spec: str | None = None, **kwargs: Any) -> Any:
+    """A ``dspy.LM``: ``None``/"embedded" (the bundled model), "embedded:NAME", or
+    "provider/model" for an endpoint (``api_base=``, ``api_key_env=``)."""
     from ambiqa.lm import make_lm as _make_lm
 
     return _make_lm(spec, **kwargs)
 
 
 def configure(lm: Any, **settings: Any) -> Any:
+    """``dspy.configure(lm=lm)`` plus ambiqa's cost tracing, added beside the callbacks
+    already installed (a user's MLflow or Langfuse logging keeps receiving events)."""
     from ambiqa.lm import configure as _configure
 
     return _configure(lm, **settings)

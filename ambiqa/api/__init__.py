@@ -1,0 +1,39 @@
+"""ambiqa's Python API: the library's verbs, the CLI and benchmark scripts call these.
+
+==================================  ===================================================
+``index(corpus, name=, kind=)``     build a named index (:mod:`.indexing`)
+``open_index(name)``                open it by name; the kind is in its manifest
+``evaluate(target, data, ...)``     run and score (:mod:`.jobs`)
+``compile(program, train, ...)``    compile with a teleprompter, optionally save
+``tune(program, ...)``              Optuna search over demos and knobs
+``export(target, ...)``             render the prompts
+``load(path, ...)``                 an artifact or a program's own ``.save()`` JSON
+``resolve(target, ...)``            program name / artifact / saved JSON → program
+==================================  ===================================================
+
+Each verb takes its settings dataclass (``IndexSettings``, ``EvaluateSettings``,
+``CompileSettings``, ``TuneConfig``, ``ExportSettings``) or the same fields as keywords, and
+returns a typed result. None takes an ``argparse.Namespace``.
+"""
+
+from __future__ import annotations
+
+from ambiqa.api.indexing import IndexResult, IndexSettings, index
+from ambiqa.api.jobs import (
+    CompileResult,
+    CompileSettings,
+    EvaluateResult,
+    EvaluateSettings,
+    ExportResult,
+    ExportSettings,
+    compile,
+    evaluate,
+    export,
+    tune,
+)
+from ambiqa.api.targets import Target, is_file_target, load, open_index, resolve
+
+__all__ = ["CompileResult", "CompileSettings", "EvaluateResult", "EvaluateSettings",
+           "ExportResult", "ExportSettings", "IndexResult", "IndexSettings", "Target", "compile",
+           "evaluate", "export", "index", "is_file_target", "load", "open_index", "resolve",
+           "tune"]

@@ -1,0 +1,167 @@
+"""``ambiqa.index``: build a named index from a corpus as the user has it.
+
+The corpus is a path (JSONL, CSV/TSV, a folder of .txt/.md files, Parquet -- see
+:mod:`ambiqa.data.corpus`), a list of strings, or a list of dicts / Passages. The index is
+written under the index root with its kind in its own manifest, so afterwards the name
+alone opens it (``ambiqa.open_index(NAME)``, ``--index NAME``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ambiqa.errors import ConfigError
+
+KINDS = ("colbert", "bm25", "dense")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """How to build an index. ``name`` is how every later command refers to it."""
+
+    name: str
+    #: colbert (late interaction, the default), bm25 (bm25s, seconds) or dense (MiniLM)
+    kind: str = "colbert"
+    #: directory holding indexes (default ``$AMBIQA_INDEX_ROOT`` or ``$AMBIQA_CACHE/indexes``)
+    index_root: str | Path | None = None
+    #: a folder's files cut into passages of this many words (default: one per file)
+    split_words: int | None = None
+    #: the CSV/TSV/JSONL field holding the text when it is not text/contents/passage/body
+    text_column: str | None = None
+    #: ColBERT only: checkpoint directory (default: the trained one if built, else identity)
+    checkpoint: str | Path | None = None
+    #: ColBERT only: indexing processes, centroid sample share, shards (a JSONL file only)
+    nranks: int = 1
+    kmeans_share: float | None = None
+    shards: int = 1
+    #: show ColBERT's build progress on stderr
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        from ambiqa.retrieval.factory import check_index_name
+
+        check_index_name(self.name)
+        if self.kind not in KINDS:
+            raise ConfigError(f"unknown index kind {self.kind!r}",
+                              hint=f"choose one of {', '.join(KINDS)}")
+
+
+@dataclass
+class IndexResult:
+    """A finished index: its name, kind and fingerprint, and the retriever ready to search."""
+
+    name: str
+    kind: str
+    fingerprint: str
+    n_passages: int
+    root: Path
+    seconds: float
+    retriever: Any
+
+    @property
+    def spec(self) -> str:
+        """``kind:name`` (the name alone works too: the kind is in the index's manifest)."""
+        return f"{self.kind}:{self.name}"
+
+
+def settings_from(settings: Any, cls: type, kwargs: dict[str, Any]) -> Any:
+    """``settings`` (a dataclass or None) updated by keyword overrides; unknown keys fail."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) for {cls.__name__}: {', '.join(unknown)}",
+                          hint=f"known: {', '.join(sorted(names))}")
+    if settings is None:
+        return cls(**kwargs)
+    if not isinstance(settings, cls):
+        raise ConfigError(f"settings must be a {cls.__name__}, got {type(settings).__name__}")
+    return replace(settings, **kwargs) if kwargs else settings
+
+
+def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSettings | None = None,
+          **overrides: Any) -> IndexResult:
+    """Build (or rebuild) the index ``name`` over ``corpus``; see the module docstring.
+
+    ``ambiqa.index("notes/", name="notes", kind="bm25", split_words=100)``. A rebuild
+    replaces the old index only once the new one is complete.
+    """
+    from ambiqa.data.corpus import iter_corpus, passages_from
+    from ambiqa.paths import index_root
+
+    cfg = settings_from(settings, IndexSettings, overrides)
+    root = Path(cfg.index_root).expanduser() if cfg.index_root else index_root()
+    t0 = time.perf_counter()
+    is_path = isinstance(corpus, str | os.PathLike)
+    if is_path:
+        path = Path(corpus).expanduser()
+        passages: Any = iter_corpus(path, split_words=cfg.split_words,
+                                    text_column=cfg.text_column)
+    else:
+        if isinstance(corpus, dict):
+            raise ConfigError("a corpus is a path or a list of passages, not one dict")
+        passages = passages_from(corpus)
+    if cfg.kind == "colbert":
+        retriever = _colbert(cfg, root, Path(corpus) if is_path else None, passages)
+    else:
+        retriever = _simple(cfg, root, list(passages))
+    if not getattr(retriever, "index_name", None):
+        retriever.index_name = cfg.name
+    n = _count(retriever)
+    return IndexResult(cfg.name, cfg.kind, str(retriever.fingerprint), n, root,
+                       time.perf_counter() - t0, retriever)
+
+
+def _count(retriever: Any) -> int:
+    manifest = getattr(retriever, "manifest", None)
+    if isinstance(manifest, dict) and "n_passages" in manifest:
+        return int(manifest["n_passages"])
+    return len(getattr(retriever, "passages", []) or [])
+
+
+def _colbert(cfg: IndexSettings, root: Path, path: Path | None, passages: Any) -> Any:
+    from ambiqa.retrieval.checkpoint import default_checkpoint
+    from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
+
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else default_checkpoint()
+    if cfg.shards > 1:
+        from ambiqa.data.corpus import corpus_format
+        from ambiqa.retrieval.sharded import build_sharded
+
+        if path is None or corpus_format(path) != "jsonl":
+            raise ConfigError("shards need a JSONL corpus file (each part is streamed from it)",
+                              hint="convert the corpus to JSONL, or index it unsharded")
+        return build_sharded(path, cfg.name, root, cfg.shards, checkpoint=ckpt,
+                             progress=cfg.progress, nranks=cfg.nranks,
+                             kmeans_share=cfg.kmeans_share)
+    return ColBERTRetriever.build(passages, index_root=root, name=cfg.name, checkpoint=ckpt,
+                                  progress=cfg.progress, nranks=cfg.nranks,
+                                  kmeans_share=cfg.kmeans_share)
+
+
+def _simple(cfg: IndexSettings, root: Path, passages: list[Any]) -> Any:
+    """Build a BM25 or dense index in a temporary directory and rename it into place.
+
+    The rename is the commit point: a killed build leaves only a ``.tmp-`` directory, never a
+    half-written index under ``name``.
+    """
+    from ambiqa.fsutil import swap_dir_into_place
+
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{cfg.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        if cfg.kind == "bm25":
+            from ambiqa.retrieval.bm25 import BM25Retriever as cls
+        else:
+            from ambiqa.retrieval.dense import DenseRetriever as cls
+        retriever = cls.build(passages, tmp)
+        swap_dir_into_place(tmp, root / cfg.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return retriever
