@@ -12,7 +12,11 @@ The estimate multiplies the cost of one program call, measured on a few training
   its demos); ``bootstrap-rs`` scores 2 + N candidates on the held-out part and bootstraps N
   times; ``mipro`` bootstraps ``num_candidates`` sets, asks ~2 proposer calls per predictor
   and candidate, and scores each trial on the held-out part; a tuning study builds its pools
-  once (one bootstrap pass) and scores every trial on the held-out part.
+  once (one bootstrap pass) and scores every trial on the held-out part; ``gepa`` scores
+  its default rollouts (three passes over train + held-out) plus a reflection call per ~4
+  runs; ``simba`` runs its default 2 steps (sampling and candidate scoring on mini-batches
+  of 4) and a final pass of its candidates over the training set. ``--predictor-signal``
+  adds one pass over the training set (not counted here).
 
 Token counts come from the LM's usage reports (characters / 4 for the fake endpoint, word
 counts for the scripted LM); treat the result as an order of magnitude, not a quote.
@@ -61,6 +65,12 @@ def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int
         return float(n_val), float(n_val + num_candidates * (n_train + n_val))
     if optimizer == "mipro":
         return 0.0, float(num_candidates * n_train + (trials + 1) * n_val)
+    if optimizer == "gepa":  # rollouts: by default three passes over train + held-out
+        return float(3 * (n_train + n_val)), 0.0
+    if optimizer == "simba":  # defaults: 2 steps, mini-batch 4 (at most n_train)
+        bsize = max(1, min(4, n_train))
+        per_step = num_candidates * bsize + (num_candidates + 1) * bsize
+        return 0.0, float(2 * per_step + (num_candidates + 1) * n_train)
     raise ValueError(optimizer)
 
 
@@ -81,6 +91,10 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
         plain, with_demos = _program_calls(optimizer, n_train, n_val, num_candidates, trials)
         with_demos += n_dev
         proposer = 2.0 * n_predictors * num_candidates if optimizer == "mipro" else 0.0
+        if optimizer == "gepa":  # one reflection call per iteration of ~2 mini-batch runs x 2
+            proposer = plain / 4.0
+        elif optimizer == "simba":  # at most one rule per candidate per step
+            proposer = 2.0 * (num_candidates + 1)
     questions = plain + with_demos
     calls = questions * c + proposer
     demo_in = k * per_call * c  # extra input tokens per question from k demos per call

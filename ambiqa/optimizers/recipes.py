@@ -38,6 +38,9 @@ TELEPROMPTERS = ("none", "labeled", "bootstrap", "bootstrap-rs", "knn", "mipro",
                  "simba")
 #: teleprompters a tuning trial may choose (the others cost a whole search per trial)
 TUNE_TELEPROMPTERS = ("labeled", "bootstrap", "knn")
+#: demo sources a trial may be given (``--teleprompters``): the defaults plus ``signal`` (each
+#: signalled predictor's demos chosen against its own signal, :mod:`ambiqa.optimizers.signals`)
+TUNE_CHOICES = (*TUNE_TELEPROMPTERS, "signal")
 
 
 @dataclass(frozen=True)

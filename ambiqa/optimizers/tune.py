@@ -3,14 +3,20 @@
 What a trial chooses (TPE sampler):
 
 * ``teleprompter`` -- where demos come from: ``labeled`` (gold demos built from the training
-  data), ``bootstrap`` (traces of the program that passed the metric) or ``knn`` (both pools;
-  each call shows its nearest demos);
+  data), ``bootstrap`` (traces of the program that passed the metric), ``knn`` (both pools;
+  each call shows its nearest demos) or, when asked for, ``signal`` (each predictor with a
+  signal of its own -- verifiers, typing, rewriting, VerDICt's read -- shows demos chosen
+  against it, balanced across its classes; the others show bootstrapped traces);
 * ``seed`` -- shuffles every predictor's pool;
 * ``demoset.<predictor>`` -- which of ``n_sets`` candidate demo sets the predictor gets (the
   idea of DSPy's ``BootstrapFewShotWithOptuna``, which picks a bootstrapped demo per
   predictor by index), and ``demos.<predictor>`` how many of that set it shows (0..max);
-* ``program.<knob>`` -- the recipe's program settings (retrieval k, Diva's pruning K, ToC's
-  depth and node limits, VerDICt's clustering knob, ReSP's iterations).
+* ``program.<knob>`` -- the recipe's program settings, the ones that matter for ambiguity:
+  Diva's number of pseudo-interpretations (and so of verifier votes, one per reading),
+  passages per reading and pruning K; ToC's tree depth, breadth (node limit), passages per
+  node and self-verification prompt; VerDICt's clustering knobs; ReSP's iterations.
+
+The demo choice and the knobs are searched jointly: one trial draws both.
 
 The pools are built once per study, before the first trial: gold demos per signature plus
 one bootstrap pass over the *train part* of the training split. They are stored in the study
@@ -68,6 +74,7 @@ from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.compile import SafeMetric, bootstrap, score_program
 from ambiqa.optimizers.demos import labeled_demos
 from ambiqa.optimizers.recipes import (
+    TUNE_CHOICES,
     TUNE_TELEPROMPTERS,
     Recipe,
     get_recipe,
@@ -107,9 +114,9 @@ class TuneConfig:
 
     def check(self, recipe: Recipe) -> None:
         check_int("--trials", self.trials)
-        bad = [t for t in self.teleprompters if t not in TUNE_TELEPROMPTERS]
+        bad = [t for t in self.teleprompters if t not in TUNE_CHOICES]
         if bad or not self.teleprompters:
-            raise ConfigError(f"teleprompters a trial can choose: {', '.join(TUNE_TELEPROMPTERS)}"
+            raise ConfigError(f"teleprompters a trial can choose: {', '.join(TUNE_CHOICES)}"
                               f"; got {', '.join(self.teleprompters) or 'none'}",
                               hint="bootstrap-rs and mipro are whole searches: run them with "
                                    "`ambiqa compile`")
@@ -229,7 +236,7 @@ def build_pools(program: dspy.Module, train_part: list[Any], metric: Any, cfg: T
     for name, predictor in program.named_predictors():
         pools["labeled"][name] = _demos_json(gold.get(predictor.signature.__name__, [])
                                              [: cfg.pool_size])
-    if "bootstrap" in cfg.teleprompters or "knn" in cfg.teleprompters:
+    if {"bootstrap", "knn", "signal"} & set(cfg.teleprompters):
         try:
             boot = bootstrap(program, train_part, metric, k=cfg.pool_size, seed=cfg.seed,
                              budget=budget, pools=gold, fill=False)
@@ -237,7 +244,34 @@ def build_pools(program: dspy.Module, train_part: list[Any], metric: Any, cfg: T
                 pools["bootstrap"][name] = _demos_json(predictor.demos)
         except BudgetExhausted:
             pass
+    if "signal" in cfg.teleprompters:
+        pools["signal"] = signal_pools(program, train_part, metric, cfg, budget, gold)
     return pools
+
+
+def signal_pools(program: dspy.Module, train_part: list[Any], metric: Any, cfg: TuneConfig,
+                 budget: Budget, gold: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per signalled predictor, up to ``pool_size`` demos chosen against its own signal,
+    balanced across its classes (in alternating order), from one traced pass of the
+    gold-demo teacher over the train part; other predictors get no signal pool."""
+    from ambiqa.optimizers.compile import apply_labeled
+    from ambiqa.optimizers.signals import collect_traces, signal_demos
+
+    teacher = program.deepcopy()
+    apply_labeled(teacher, gold, min(2, cfg.pool_size), cfg.seed)
+    records = collect_traces(teacher, train_part, metric, budget)
+    chosen = signal_demos(teacher, records, cfg.pool_size, seed=cfg.seed)
+    return {name: _demos_json(predictor.demos) for name, predictor in teacher.named_predictors()
+            if chosen.get(name, {}).get("demos")}
+
+
+def signal_window(pool: list[dict[str, Any]], index: int, size: int) -> list[dict[str, Any]]:
+    """Demo set ``index`` of a signal pool: ``size`` consecutive demos starting at
+    ``index * 2`` (wrapping), so each set keeps the pool's alternation of classes."""
+    if not pool or size <= 0:
+        return []
+    start = (index * 2) % len(pool)
+    return [dict(pool[(start + i) % len(pool)]) for i in range(min(size, len(pool)))]
 
 
 def candidate_set(pool: list[dict[str, Any]], seed: int, index: int, size: int,
@@ -270,8 +304,13 @@ def materialize(params: dict[str, Any], cfg: TuneConfig, recipe: Recipe, pools: 
         index = params.get(f"demoset.{name}", 0)
         labeled = pools.get("labeled", {}).get(name, [])
         boot = pools.get("bootstrap", {}).get(name, [])
+        signal = pools.get("signal", {}).get(name, [])
         if tp == "knn":
             predictor.demos = [dict(d) for d in (labeled + boot)[: cfg.pool_size]] if n else []
+        elif tp == "signal" and signal:
+            predictor.demos = signal_window(signal, index, n)
+        elif tp == "signal":  # no signal of its own: the end metric's traces, else gold
+            predictor.demos = candidate_set(boot or labeled, seed, index, n, name)
         else:
             pool = (labeled or boot) if tp == "labeled" else (boot or labeled)
             predictor.demos = candidate_set(pool, seed, index, n, name)

@@ -268,3 +268,32 @@ def test_simba_stops_at_the_lm_call_budget(use_lm):
     assert report.stopped_by_budget
     assert len(lm.engine.calls) <= 10 + 7
     assert dspy.Predict.__dict__["__call__"] is original  # the budget guard is gone
+
+
+# ---- Optuna: ambiguity knobs jointly with signal demos --------------------------------------
+def test_tune_searches_ambiguity_knobs_with_signal_demos(tmp_path, use_lm):
+    from ambiqa.optimizers.tune import TuneConfig, tune
+
+    use_lm(_diva_lm("yes"))
+    out = tmp_path / "best.json"
+    cfg = TuneConfig(program="diva", study="sig", storage=f"sqlite:///{tmp_path}/t.db",
+                     trials=3, train="demo:train", metric="str-em", max_demos=2, n_sets=2,
+                     pool_size=4, teleprompters=("signal", "bootstrap"), cost_penalty=0.01)
+    res = tune(cfg, load_dataset("demo:train")[:6], dspy_metric("str-em"),
+               retriever=InMemoryRetriever(PASSAGES), out=out)
+    import optuna
+
+    study = optuna.load_study(study_name="sig", storage=f"sqlite:///{tmp_path}/t.db")
+    pools = study.user_attrs["pools"]
+    assert [d["verdict"] for d in pools["signal"]["verify"]][:2] == ["yes", "no"]
+    assert "clarify.clarify" not in pools["signal"]  # no signal of its own
+    params = [t.params for t in study.trials]
+    assert all({"program.top_k", "program.k_per_query", "program.max_interpretations"}
+               <= set(p) for p in params)
+    assert res.n_complete == 3 and res.artifact == str(out)
+    m = read_artifact(out)["manifest"]
+    assert m["optimizer"]["name"] in {"signal", "bootstrap"}
+    # the objective is the held-out score minus the cost penalty per LM call
+    best = study.best_trial
+    assert best.value == pytest.approx(best.user_attrs["score"]
+                                       - 0.01 * best.user_attrs["lm_calls_per_q"])
