@@ -165,7 +165,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     config = program_config(args)
     options = {"num_candidates": args.num_candidates, "mipro_trials": args.mipro_trials,
                "knn_pool": args.knn_pool, "knn_gold_only": args.knn_gold_only,
-               "n_val": args.n_val, "threads": args.threads}
+               "n_val": args.n_val, "threads": args.threads,
+               "predictor_signal": args.predictor_signal, "reflection_lm": args.reflection_lm,
+               "gepa_rollouts": args.gepa_rollouts, "gepa_auto": args.gepa_auto,
+               "reflection_minibatch": args.reflection_minibatch,
+               "simba_steps": args.simba_steps, "simba_bsize": args.simba_bsize}
     if args.dry_run:
         est = _dry_run(args.program, train, metric, reader_from_args(args), retriever, config,
                        args.sample, n_val_limit=args.n_val, optimizer=args.optimizer,
@@ -389,7 +393,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="knn: pool only the training split's labelled demos (no bootstrap, no "
                         "LM call) -- ToC's nearest-neighbour exemplars")
     p.add_argument("--n-val", type=int, default=8,
-                   help="bootstrap-rs/mipro: held-out training questions scoring candidates")
+                   help="bootstrap-rs/mipro/gepa: held-out training questions scoring "
+                        "candidates")
+    p.add_argument("--predictor-signal", action="store_true",
+                   help="then give each inner predictor with a signal of its own (verifiers, "
+                        "typing, rewriting, VerDICt's read) demos chosen against it, balanced "
+                        "across its classes (one more pass over the training questions)")
+    p.add_argument("--reflection-lm", default=None,
+                   help="gepa: the LM that reflects (simba: writes rules), any --lm spec; "
+                        "default the task LM")
+    p.add_argument("--gepa-rollouts", type=int, default=None,
+                   help="gepa: program runs it may score (default 3 x train+held-out)")
+    p.add_argument("--gepa-auto", default=None, choices=["light", "medium", "heavy"],
+                   help="gepa: DSPy's preset budget instead of --gepa-rollouts")
+    p.add_argument("--reflection-minibatch", type=int, default=2,
+                   help="gepa: runs shown to the reflection LM per proposal")
+    p.add_argument("--simba-steps", type=int, default=2, help="simba: optimization steps")
+    p.add_argument("--simba-bsize", type=int, default=4,
+                   help="simba: mini-batch size (at most the training set)")
     _add_budget_args(p)
     p.add_argument("--reader", default=None,
                    help=READER_HELP)
