@@ -1,0 +1,1 @@
+"""Benchmarks: each is a module, run from the repository root as ``python -m benchmarks.NAME``."""
