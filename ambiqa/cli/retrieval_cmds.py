@@ -17,8 +17,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     if not corpus.is_file():
         raise ConfigError(f"corpus file not found: {corpus}")
     t0 = time.perf_counter()
+    from ambiqa.retrieval.sharded import build_sharded, check_shardable
+
+    check_shardable(args.kind, args.shards)  # bm25 shards are refused, with the reason
     if args.kind != "colbert":
-        retriever = _build_simple_index(args.kind, corpus, args.name, args.index_root)
+        retriever = (_build_simple_index(args.kind, corpus, args.name, args.index_root)
+                     if args.shards == 1 else build_sharded(
+                         corpus, args.name, args.index_root, args.shards, kind=args.kind))
         print(f"index {args.kind}:{args.name} ready ({retriever.fingerprint}) in "
               f"{time.perf_counter() - t0:.0f} s; use it with --index {args.kind}:{args.name}")
         return 0
@@ -142,9 +147,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="share of passages encoded to train the centroids (default: "
                         "colbert-ai's rule capped so small corpora are not encoded twice)")
     p.add_argument("--shards", type=int, default=1,
-                   help="split the corpus into this many indexes NAME-0..NAME-{n-1} "
-                        "(for corpora that outgrow one machine; search them with a "
-                        "ShardedRetriever)")
+                   help="split the corpus into this many indexes NAME-0..NAME-{n-1}, "
+                        "searched concurrently as one (--kind colbert or dense; bm25 is "
+                        "refused: its scores are not comparable across shards)")
     p.set_defaults(fn=cmd_index)
 
     p = sub.add_parser("colbert", help="ColBERT checkpoints (train)")

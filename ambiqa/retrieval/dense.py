@@ -3,8 +3,10 @@
 Why exact search: the shared corpus is ~13k passages × 384 dims (~20 MB of float32), so a
 matrix–vector product in numpy answers a query in about a millisecond and needs no approximate
 index to tune. ``backend="faiss"`` loads the same matrix into ``faiss.IndexFlatIP`` (exact,
-multi-threaded BLAS; faster for large batches); a full Wikipedia dump (~21M passages, 32 GB at
-384 dims) would want an IVF/PQ faiss index built from the same ``.npy`` in chunks.
+multi-threaded BLAS; faster for large batches). From
+:data:`~ambiqa.retrieval.ann.ANN_MIN_PASSAGES` passages on (100k), the index is searched
+through a faiss HNSW graph built at index time and saved beside the embeddings
+(:mod:`ambiqa.retrieval.ann` says why HNSW; ``benchmarks/ann_scale.py`` measures it).
 
 A query longer than the encoder's ``max_seq_length`` (256 word pieces for MiniLM) is truncated
 by sentence-transformers; a warning is logged. ``k`` larger than the corpus returns every
@@ -107,7 +109,7 @@ class DenseRetriever(SharedResource):
 
     def __init__(self, passages: Sequence[Passage], embeddings: np.ndarray,
                  encoder: Any = None, encoder_name: str = "all-MiniLM-L6-v2",
-                 backend: str = "numpy") -> None:
+                 backend: str = "numpy", ann: Any = None) -> None:
         if backend not in ("numpy", "faiss"):
             raise ConfigError(f"unknown dense search backend {backend!r}",
                               hint="use 'numpy' (exact) or 'faiss' (exact IndexFlatIP)")
@@ -127,6 +129,9 @@ class DenseRetriever(SharedResource):
 
             self._faiss = faiss.IndexFlatIP(self.embeddings.shape[1])
             self._faiss.add(self.embeddings)
+        if ann is not None:  # a large index: approximate search (ambiqa.retrieval.ann)
+            self._faiss = ann
+        self.ann = ann
 
     # ---- building and loading -----------------------------------------------------------
     @classmethod
@@ -138,14 +143,18 @@ class DenseRetriever(SharedResource):
         vecs = encoder.encode([p.render() for p in passages], batch_size=batch_size)
         vecs = np.asarray(vecs, dtype=np.float32)
         enc_name = str(getattr(encoder, "name", type(encoder).__name__))
-        retriever = cls(passages, vecs, encoder=encoder, encoder_name=enc_name)
+        from ambiqa.retrieval.ann import build_for
+
         index_dir = Path(index_dir)
+        ann = build_for(vecs, index_dir)  # None below the size threshold: exact search
+        retriever = cls(passages, vecs, encoder=encoder, encoder_name=enc_name, ann=ann)
         atomic_write(index_dir / EMBEDDINGS, lambda fh: np.save(fh, vecs, allow_pickle=False),
                      mode="wb")
         write_passages(index_dir / PASSAGES, passages)
         write_manifest(index_dir, {"kind": "dense", "encoder": enc_name, "dim": int(vecs.shape[1]),
                                    "count": len(passages),
-                                   "fingerprint": retriever.fingerprint})
+                                   "fingerprint": retriever.fingerprint,
+                                   **({"ann": ann.describe()} if ann else {})})
         return retriever
 
     @classmethod
@@ -160,9 +169,12 @@ class DenseRetriever(SharedResource):
             raise RetrievalIndexError(f"cannot read {index_dir / EMBEDDINGS}: {exc}",
                               hint="rebuild the index") from exc
         passages = read_passages(index_dir / PASSAGES)
+        from ambiqa.retrieval.ann import load_for
+
+        ann = load_for(index_dir, vecs) if backend == "numpy" else None
         retriever = cls(passages, vecs, encoder=encoder,
                         encoder_name=str(manifest.get("encoder", "all-MiniLM-L6-v2")),
-                        backend=backend)
+                        backend=backend, ann=ann)
         if manifest.get("fingerprint") not in (None, retriever.fingerprint):
             raise RetrievalIndexError(f"dense index at {index_dir} does not match its manifest "
                               "(files changed after building)", hint="rebuild the index")

@@ -130,7 +130,10 @@ def _open(info: dict[str, Any] | str, root: Path | None) -> Any:
         return _named(BM25Retriever.load(root / name), name)
     if kind == "dense":
         from ambiqa.retrieval.dense import DenseRetriever
+        from ambiqa.retrieval.sharded import ShardedRetriever, shards_file
 
+        if not (root / name).exists() and shards_file(root, name).is_file():
+            return ShardedRetriever.load(root, name, kind="dense")
         return _named(DenseRetriever.load(root / name), name)
     raise ConfigError(f"unknown retriever kind {kind!r} in {kind}:{name}",
                       hint="write [kind:]name with kind colbert, bm25 or dense, e.g. "
