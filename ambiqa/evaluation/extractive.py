@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import string
 import threading
 import time
 from collections.abc import Sequence
@@ -35,6 +34,8 @@ from typing import Any
 
 from ambiqa.errors import ModelError
 from ambiqa.paths import cache_root
+from ambiqa.text import PUNCTUATION as _PUNCT  # one SQuAD fold for scoring and labels
+from ambiqa.text import squad_word as _norm_word
 from ambiqa.tracing import record_compute
 from ambiqa.types import SharedResource
 
@@ -48,8 +49,6 @@ DEFAULT_READER_NAME = "minilm-asqa"
 BUILD_COMMAND = "ambiqa reader train"
 MANIFEST_FORMAT = "ambiqa-extractive-reader/1"
 
-_ARTICLES = frozenset({"a", "an", "the"})
-_PUNCT = frozenset(string.punctuation)
 _WORD = re.compile(r"\S+")
 
 
@@ -80,16 +79,6 @@ def default_reader_dir() -> Path:
 # --------------------------------------------------------------------------------------------
 # span location
 # --------------------------------------------------------------------------------------------
-
-
-def _norm_word(word: str) -> str:
-    """SQuAD normalisation of one whitespace-free word ("" when it vanishes).
-
-    Normalising word by word gives the same tokens as normalising the whole text: punctuation
-    is deleted without inserting spaces, and an article can only be a whole word.
-    """
-    text = "".join(ch for ch in word.lower() if ch not in _PUNCT)
-    return "" if text in _ARTICLES else text
 
 
 def normalized_tokens(text: str) -> list[tuple[str, int, int]]:

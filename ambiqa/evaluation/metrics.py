@@ -24,13 +24,13 @@ normalisation, with the sources above in one list; a split by paper would scatte
 from __future__ import annotations
 
 import math
-import re
-import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+
+from ambiqa.text import normalize_answer as normalize_answer  # re-exported: scorers' API
 
 if TYPE_CHECKING:
     from ambiqa.evaluation.reader import Reader
@@ -39,20 +39,7 @@ if TYPE_CHECKING:
 # SQuAD normalization, EM, token F1
 # --------------------------------------------------------------------------------------------
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = frozenset(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalization: lowercase, drop punctuation, drop a/an/the, squeeze whitespace.
-
-    The steps run in the official order (lowercase, punctuation, articles, whitespace), so
-    scores match the SQuAD / ASQA scripts exactly.
-    """
-    text = str(text or "").lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+# normalize_answer lives in ambiqa.text (one fold for metrics, programs and the reader)
 
 
 def as_list(golds: str | Iterable[str]) -> list[str]:

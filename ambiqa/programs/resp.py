@@ -16,7 +16,6 @@ plan; the generator answers from them too.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import dspy
@@ -27,6 +26,7 @@ from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.signatures.answering import AnswerFromMemories
 from ambiqa.signatures.planning import JudgeSufficiency, PlanNextQuestion
 from ambiqa.signatures.summarization import SummarizeGlobalEvidence, SummarizeLocalPathway
+from ambiqa.text import question_key
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 
@@ -39,13 +39,8 @@ STOP_MAX_ITER = "max_iter"
 STOP_PLANNER_REPEATED = "planner_repeated"
 STOP_PLANNER_UNPARSEABLE = "planner_unparseable"
 
-_ARTICLES = frozenset({"a", "an", "the"})
-
-
-def normalize_question(text: str) -> str:
-    """Comparison key for "is this the same sub-question?": case, punctuation, articles and
-    spacing do not make a question new."""
-    return " ".join(t for t in re.findall(r"\w+", text.casefold()) if t not in _ARTICLES)
+#: comparison key for "is this the same sub-question?" (:func:`ambiqa.text.question_key`)
+normalize_question = question_key
 
 
 def clean_line(text: object) -> str:

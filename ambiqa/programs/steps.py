@@ -15,7 +15,6 @@ from typing import Any
 
 import dspy
 
-from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.programs.base import format_pairs, format_passages, safe_step
 from ambiqa.signatures.answering import (
     ClosedBookLongAnswer,
@@ -24,6 +23,7 @@ from ambiqa.signatures.answering import (
     WriteLongAnswer,
 )
 from ambiqa.signatures.disambiguation import ClarifyFromPassages
+from ambiqa.text import normalize_answer
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 

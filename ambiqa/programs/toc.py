@@ -15,7 +15,6 @@ import dspy
 import numpy as np
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.parallel import default_workers, run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field
@@ -27,6 +26,7 @@ from ambiqa.signatures.verification import (
     SelfVerifyStrict,
     parse_verdict,
 )
+from ambiqa.text import normalize_answer
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 

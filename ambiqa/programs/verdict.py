@@ -17,13 +17,13 @@ import dspy
 import numpy as np
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.metrics import normalize_answer
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field
 from ambiqa.programs.steps import ClosedBookStep, LongAnswerStep
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.disambiguation import InterpretFromPassage, RelaxQuery
+from ambiqa.text import normalize_answer
 from ambiqa.tracing import record_event
 from ambiqa.types import Interpretation, Passage
 
