@@ -42,3 +42,16 @@ class ConfigError(AmbiqaError):
 
 class RunError(AmbiqaError):
     """An evaluation run stopped at run time, e.g. because too many examples failed."""
+
+
+class LMUnavailableError(AmbiqaError):
+    """The LM could not answer at all (refused connection, timeout, HTTP error, a body that is
+    not a completion) after every retry: the question fails, it is not answered around.
+
+    A reply that arrives but does not parse is different: the program degrades that step.
+    ``kind`` is the failure class ("connection", "timeout", "server_error", "malformed", ...).
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, kind: str = "lm") -> None:
+        super().__init__(message, hint=hint)
+        self.kind = kind

@@ -278,9 +278,12 @@ def record_compute(module: str, start: float, end: float, detail: str = "") -> N
 
 
 def record_event(module: str, detail: str) -> None:
-    """Record a degradation (a step that failed and fell back) so reports can count it."""
+    """Record a degradation (a step that failed and fell back) so reports can count it.
+    Credentials in URLs are redacted: events reach results.jsonl and reports."""
+    from ambiqa.lm.redact import redact
+
     now = time.perf_counter()
-    _emit(CallRecord(kind="event", module=module, detail=detail, start=now, end=now))
+    _emit(CallRecord(kind="event", module=module, detail=redact(detail), start=now, end=now))
 
 
 def record_budget_cut(module: str, detail: str) -> None:

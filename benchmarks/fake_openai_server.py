@@ -21,6 +21,16 @@ reads both and writes a plausible value per type:
 Layout: ``[[ ## field ## ]]\\nvalue`` blocks ending with ``[[ ## completed ## ]]``, or a JSON
 object when the JSONAdapter asked. ``usage`` carries token estimates (characters / 4).
 
+Faults (for the fault suite, ``tests/faults``): ``serve(faults={"500": 0.1, "html": 0.1})``
+makes that share of requests misbehave, chosen by a hash of the request body (the same
+request always gets the same answer, so a retried call fails again and runs are comparable):
+``500`` (HTTP 500 with a JSON error), ``html`` (HTTP 200, ``text/html`` body, as a proxy
+page), ``nonjson`` (HTTP 200, a body that is not JSON), ``empty_choices`` (a completion with
+``"choices": []``), ``garbage`` (a well-formed completion whose text is in no adapter format:
+the one fault a program may answer around). ``server.faults`` may be changed while it runs;
+``server.faulted`` counts the requests that got a fault. ``port`` picks the port (0: any free
+one), so a test can take an endpoint down and bring it back at the same address.
+
 Safety: binds 127.0.0.1 only, on a free port; bodies over 8 MiB are refused; at most
 ``max_concurrent`` requests are served at once (others get 503); the server stops when
 ``shutdown()`` is called, when the owning process exits (daemon thread), or, when run as a
@@ -246,16 +256,51 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+# ---- faults --------------------------------------------------------------------------------
+#: the fault modes ``serve(faults=...)`` knows
+FAULT_MODES = ("500", "html", "nonjson", "empty_choices", "garbage")
+GARBAGE_TEXT = "Sure! Here is my answer, in no particular format."
+
+
+def check_faults(faults: dict[str, float] | None) -> dict[str, float]:
+    """``{mode: share}`` validated: known modes, shares in [0, 1] summing to at most 1."""
+    out = {str(k): float(v) for k, v in (faults or {}).items()}
+    for mode, share in out.items():
+        if mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault {mode!r}; known: {', '.join(FAULT_MODES)}")
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"fault share for {mode} must be within [0, 1], got {share}")
+    if sum(out.values()) > 1.0 + 1e-9:
+        raise ValueError("fault shares sum to more than 1")
+    return out
+
+
+def pick_fault(raw: bytes, faults: dict[str, float]) -> str | None:
+    """The fault for a request body (deterministic in the body), or ``None`` (answer it)."""
+    if not faults:
+        return None
+    u = int(hashlib.sha256(b"fault|" + raw).hexdigest()[:8], 16) / 0x100000000
+    edge = 0.0
+    for mode in FAULT_MODES:
+        edge += faults.get(mode, 0.0)
+        if u < edge:
+            return mode
+    return None
+
+
 # ---- the HTTP server -----------------------------------------------------------------------
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
     allow_reuse_address = False
 
-    def __init__(self, delay: float, max_concurrent: int, true_rate: float) -> None:
-        super().__init__((HOST, 0), _Handler)
+    def __init__(self, delay: float, max_concurrent: int, true_rate: float, port: int = 0,
+                 faults: dict[str, float] | None = None) -> None:
+        super().__init__((HOST, port), _Handler)
         self.delay = delay
         self.true_rate = true_rate
+        self.faults = check_faults(faults)
+        self.faulted = 0
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self.served = 0
         self.peak = 0
@@ -291,6 +336,34 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._send(status, {"error": {"message": message, "type": "fake_server_error"}})
 
+    def _raw(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _fault(self, mode: str, body: dict[str, Any]) -> bool:
+        """Answer with fault ``mode``; False for ``garbage`` (sent as a normal reply)."""
+        with self.server._count_lock:
+            self.server.faulted += 1
+        if mode == "500":
+            self._error(500, "internal server error (injected)")
+        elif mode == "html":
+            self._raw(200, "text/html", b"<html><head><title>502 Bad Gateway</title></head>"
+                                        b"<body><h1>Bad Gateway</h1></body></html>")
+        elif mode == "nonjson":
+            self._raw(200, "application/json", b"upstream said: not json")
+        elif mode == "empty_choices":
+            self._send(200, {"id": "fake-empty", "object": "chat.completion",
+                             "created": int(time.time()), "model": str(body.get("model")),
+                             "choices": [], "usage": {"prompt_tokens": 1,
+                                                      "completion_tokens": 0,
+                                                      "total_tokens": 1}})
+        else:
+            return False
+        return True
+
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
@@ -324,8 +397,12 @@ class _Handler(BaseHTTPRequestHandler):
             fmt = body.get("response_format") or {}
             want_json = isinstance(fmt, dict) and fmt.get("type") in ("json_object",
                                                                       "json_schema")
-            text = make_reply(messages, self.server.true_rate, want_json)
+            fault = pick_fault(raw, self.server.faults)
             time.sleep(self.server.delay)
+            if fault is not None and self._fault(fault, body):
+                return
+            text = GARBAGE_TEXT if fault == "garbage" else \
+                make_reply(messages, self.server.true_rate, want_json)
             prompt = sum(estimate_tokens(_text_of(m.get("content"))) for m in messages)
             completion = estimate_tokens(text)
             n = max(1, min(int(body.get("n") or 1), 8))
@@ -346,6 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(delay: float = 0.5, *, max_concurrent: int = 64, true_rate: float = 0.5,
+          port: int = 0, faults: dict[str, float] | None = None,
           ) -> tuple[str, Callable[[], None]]:
     """Start the server in a daemon thread; return ``(api_base, shutdown)``.
 
@@ -354,7 +432,7 @@ def serve(delay: float = 0.5, *, max_concurrent: int = 64, true_rate: float = 0.
     """
     if delay < 0:
         raise ValueError("delay must be >= 0")
-    server = _Server(delay, max_concurrent, true_rate)
+    server = _Server(delay, max_concurrent, true_rate, port=port, faults=faults)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name="fake-openai-server", daemon=True)
     thread.start()
@@ -381,9 +459,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-concurrent", type=int, default=64)
     parser.add_argument("--max-seconds", type=float, default=3600.0,
                         help="stop by itself after this long (3600)")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    parser.add_argument("--fault", action="append", default=[], metavar="MODE=SHARE",
+                        help=f"inject a fault into SHARE of requests; MODE one of "
+                             f"{', '.join(FAULT_MODES)} (repeatable)")
     args = parser.parse_args(argv)
-    url, shutdown = serve(args.delay, max_concurrent=args.max_concurrent,
-                          true_rate=args.true_rate)
+    faults: dict[str, float] = {}
+    for item in args.fault:
+        mode, _, share = item.partition("=")
+        try:
+            faults[mode] = float(share)
+        except ValueError:
+            parser.error(f"--fault {item!r}: expected MODE=SHARE, e.g. 500=0.1")
+    try:
+        url, shutdown = serve(args.delay, max_concurrent=args.max_concurrent,
+                              true_rate=args.true_rate, port=args.port, faults=faults)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(url, flush=True)
     try:
         time.sleep(args.max_seconds)

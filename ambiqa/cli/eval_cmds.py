@@ -133,7 +133,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _print_metrics(console, summary)
     console.print(f"  cost/question: {summary['cost']}")
     console.print(f"  report: {Path(args.out) / 'report.md'}")
+    if summary["n"] and summary["n_errors"] == summary["n"]:
+        # nothing was answered (a dead endpoint, say): not a result, whatever the means say
+        import sys
+
+        print(f"ambiqa: error: every one of the {summary['n']} examples failed (first: "
+              f"{_first_error(args.out)}); fix the cause and rerun with --resume "
+              "--retry-errors", file=sys.stderr)
+        return 1
     return 0
+
+
+def _first_error(out: str) -> str:
+    from ambiqa.evaluation.run_dir import ResultsFile
+
+    for row in ResultsFile(Path(out) / "results.jsonl").read():
+        if row.get("error"):
+            return str(row["error"]).splitlines()[0][:200]
+    return "unknown"
 
 
 def _print_metrics(console: Any, summary: dict[str, Any]) -> None:

@@ -25,7 +25,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
     check_question(args.question)
     program = program_or_artifact(args, args.artifact or args.program)
     lm_from_args(args)
-    pred = program(question=args.question)
+    try:
+        pred = program(question=args.question)
+    except Exception as exc:
+        from ambiqa.lm.failures import lm_failure_in, lm_unavailable
+
+        cause = lm_failure_in(exc)
+        if cause is None:
+            raise
+        # no answer, not an empty one: one line and a non-zero exit (issue 33)
+        raise lm_unavailable(args.program or args.artifact or "ask", cause) from exc
     if args.json:
         from ambiqa.evaluation.runner import prediction_dict
 

@@ -111,6 +111,12 @@ class _LMJudgeBase:
                 pred = predictor(**inputs)
             verdict = _as_bool(getattr(pred, field, False))
         except (AdapterParseError, ValueError) as exc:
+            from ambiqa.lm.failures import lm_failure_in
+
+            # an LM that gave no reply fails the question (issue 33); only a reply that
+            # does not parse is scored as no answer
+            if (cause := lm_failure_in(exc.__cause__ or exc.__context__)) is not None:
+                raise cause from exc
             record_event(self.kind, f"degraded: {type(exc).__name__}: {str(exc)[:200]}")
             return False  # not memoized: a later call may parse
         self._memo.put(full_key, verdict)

@@ -153,6 +153,12 @@ class LMReader:
             with dspy.context(lm=lm, trace=None):
                 pred = self.read(question=question, context=context)
         except (AdapterParseError, ValueError) as exc:
+            from ambiqa.lm.failures import lm_failure_in
+
+            # an LM that gave no reply fails the question (issue 33); only a reply that
+            # does not parse is scored as no answer
+            if (cause := lm_failure_in(exc.__cause__ or exc.__context__)) is not None:
+                raise cause from exc
             record_event("reader", f"degraded: {type(exc).__name__}: {str(exc)[:200]}")
             return ""
         text = " ".join(str(pred.answer or "").split()).strip()

@@ -49,7 +49,8 @@ from ambiqa.tracing import track
 
 __all__ = [
     "PER_ROW_ONLY", "RESUME_FIELDS", "ExampleTimeout", "MetricFn", "ResultsFile", "RunSpec",
-    "call_with_timeout", "check_run_dir", "ensure_writable_dir", "evaluate", "example_id",
+    "call_with_timeout", "check_run_dir", "degraded_steps", "ensure_writable_dir", "evaluate",
+    "example_id",
     "prediction_dict", "score_row", "spec_differences", "summarize", "write_error",
 ]
 
@@ -70,6 +71,21 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
     return call_with_deadline(
         fn, timeout_s, error=lambda t: ExampleTimeout(f"no result after {t:g} s (abandoned)"),
         thread_name="ambiqa-example")
+
+
+def _error_text(exc: BaseException, prefix: str = "") -> str:
+    """A row's ``error``: the failure's class and message, credentials redacted, capped."""
+    from ambiqa.lm.redact import redact
+
+    kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
+    return redact(f"{prefix}{kind}: {exc}")[:500]
+
+
+def degraded_steps(events: list[str]) -> int:
+    """How many steps of one question degraded (a reply that did not parse, answered
+    around): the trace events :func:`ambiqa.programs.base.safe_step` and the programs record
+    as ``step: degraded: ...``."""
+    return sum(1 for e in events if ": degraded" in str(e))
 
 
 def example_id(example: Any, index: int) -> str:
@@ -169,20 +185,21 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
                 pred = call_with_timeout(lambda: program(question=ex.question), timeout_s)
                 row["prediction"], row["error"] = prediction_dict(pred), None
             except Exception as exc:  # one failing example is recorded, not fatal
+                # an LM that gave no reply lands here too (issue 33): an error row, counted
+                # as failed, scored 0 in the headline and redone by --retry-errors
                 pred, row["prediction"], row["metrics"] = None, None, {}
-                kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
-                row["error"] = f"{kind}: {exc}"[:500]
+                row["error"] = _error_text(exc)
         row["cost"] = trace.summary()
+        row["degraded_steps"] = degraded_steps(row["cost"].get("events") or [])
         row["wall_s"] = round(time.perf_counter() - t0, 3)
         if pred is not None:
             with track() as scoring:
                 try:
                     row["metrics"] = call_with_timeout(
                         lambda: score_row(ex, pred, metrics), timeout_s)
-                except Exception as exc:
-                    kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
+                except Exception as exc:  # an LM reader or judge without its LM, too
                     row["metrics"] = {}
-                    row["error"] = f"scoring failed: {kind}: {exc}"[:500]
+                    row["error"] = _error_text(exc, "scoring failed: ")
             row["scoring_cost"] = {"lm_calls": scoring.lm_calls,
                                    "input_tokens": scoring.input_tokens,
                                    "output_tokens": scoring.output_tokens}

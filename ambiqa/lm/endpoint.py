@@ -49,7 +49,9 @@ class EndpointEngine:
         import dspy
 
         with dspy.context(callbacks=[], usage_tracker=None):
-            return self._lm(request)
+            response = self._lm(request)
+        check_completion(response, self.model)
+        return response
 
     def close(self) -> None:
         self._lm.close()
@@ -58,3 +60,18 @@ class EndpointEngine:
         return {"model": self.model, "api_base": self.api_base, "api_key_env": self.api_key_env,
                 "timeout": self.timeout, "max_tokens": self.max_tokens,
                 "temperature": self.temperature}
+
+
+def check_completion(response: Any, model: str) -> None:
+    """Refuse a 200 reply that is not a completion: an OpenAI-style body with no ``choices``.
+
+    The HTTP client maps it to an empty text, which the adapter would report as a reply that
+    does not parse, and the step would degrade; but nothing was generated, so it is a
+    transport failure (a gateway or a server fault), raised as a retryable server error.
+    A completion whose content is empty is the model's reply and stays a parse failure.
+    """
+    from dspy import lm15
+
+    data = getattr(response, "provider_data", None)
+    if isinstance(data, dict) and "choices" in data and not data["choices"]:
+        raise lm15.ServerError(f"{model}: the reply has no choices (an empty completion body)")

@@ -49,7 +49,8 @@ class RetryPolicy:
     * ``max_retries`` transient failures are retried, waiting ``base_delay_s * 2**n`` (with
       ±``jitter`` spread so parallel callers do not retry in lockstep) or the server's
       ``retry-after``, both capped at ``max_delay_s``: a server asking for an hour must not
-      park an evaluation for an hour; after the retries the step degrades instead.
+      park an evaluation for an hour; after the retries the error propagates and the question
+      fails (:mod:`ambiqa.lm.failures`): only a reply that does not parse degrades a step.
     * ``deadline_s`` bounds the whole call, waits included (default: enough for every
       attempt to time out once plus the waits).
     * ``retry_timeouts``: whether a timed-out attempt is retried. Off for the embedded model:
@@ -117,6 +118,7 @@ def _transient(exc: BaseException) -> str | None:
     from dspy import lm15
     from dspy.utils.exceptions import (
         LMLockTimeoutError,
+        LMProviderError,
         LMRateLimitError,
         LMServerError,
         LMTimeoutError,
@@ -133,12 +135,15 @@ def _transient(exc: BaseException) -> str | None:
         return "connection"
     if isinstance(exc, (lm15.LockTimeoutError, LMLockTimeoutError)):
         return "lock_timeout"
+    if isinstance(exc, (lm15.ProviderError, LMProviderError)) and "is not JSON" in str(exc):
+        # a 200 whose body is HTML or empty: a gateway or proxy fault, usually passing
+        return "malformed"
     return None
 
 
 def _canonical_error(exc: BaseException, kind: str | None, model: str) -> BaseException:
     """Plain ``TimeoutError`` / ``ConnectionError`` become lm15 errors, which DSPy maps to its
-    retryable LM errors (a step then degrades); everything else is raised as it came."""
+    retryable LM errors (the question then fails); everything else is raised as it came."""
     from dspy import lm15
 
     if kind == "timeout" and not isinstance(exc, lm15.LM15Error) and \

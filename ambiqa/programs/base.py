@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import dspy
-from dspy.utils.exceptions import AdapterParseError, LMError, is_retryable_lm_error
+from dspy.utils.exceptions import AdapterParseError
 from pydantic import ValidationError
 
 from ambiqa.errors import ConfigError
@@ -190,25 +190,27 @@ class AmbiqaProgram(dspy.Module):
 
 
 def safe_step(step: str, fn, default):
-    """Run one LM step; if it cannot produce usable output, record the degradation in the trace
-    and return ``default`` instead of failing the question.
+    """Run one LM step; if its reply cannot be used, record the degradation in the trace and
+    return ``default`` instead of failing the question.
 
-    "Cannot" means exactly two things: the reply could not be parsed even after DSPy's JSON
-    fallback (:class:`AdapterParseError`, or a pydantic ``ValidationError`` of a typed output
-    field), or the LM stayed unreachable through every retry of
-    :class:`ambiqa.lm.ResilientEngine` (a retryable :class:`LMError`: timeout, connection,
-    rate limit, server error). Anything else propagates: a wrong key, an unknown model or a bad
-    request is not the question's fault, and a ``ValueError``, ``TypeError`` or ``KeyError``
-    raised by our own code is a bug that must stop the run, not turn into a silently degraded
-    answer.
+    "Cannot be used" means exactly one thing: the LM replied but the reply could not be parsed
+    even after DSPy's JSON fallback (:class:`AdapterParseError`, or a pydantic
+    ``ValidationError`` of a typed output field): the program can answer around it. An LM that
+    gave no reply through every retry of :class:`ambiqa.lm.ResilientEngine` (connection
+    refused, timeout, HTTP error, a body that is no completion: a DSPy :class:`LMError`)
+    propagates and fails the question (issue 33), as does a wrong key, an unknown model or a
+    bad request; a parse error raised *from* such an LM error is re-raised as that LM error
+    (:func:`ambiqa.lm.failures.lm_failure_in`). A ``ValueError``, ``TypeError`` or
+    ``KeyError`` raised by our own code is a bug that must stop the run, not turn into a
+    silently degraded answer.
     """
     try:
         return fn()
     except (AdapterParseError, ValidationError) as exc:
+        from ambiqa.lm.failures import lm_failure_in
+
+        cause = lm_failure_in(exc.__cause__ or exc.__context__)
+        if cause is not None:  # no reply at all, reported as a parse failure
+            raise cause from exc
         record_event(step, f"degraded: {type(exc).__name__}: {str(exc)[:200]}")
-        return default
-    except LMError as exc:
-        if not is_retryable_lm_error(exc):
-            raise
-        record_event(step, f"degraded: LM unavailable: {type(exc).__name__}: {str(exc)[:200]}")
         return default

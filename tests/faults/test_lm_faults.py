@@ -1,6 +1,8 @@
 """LM faults behind the real ``dspy.LM`` path: transient errors are retried (bounded, with
-backoff that honours retry-after, capped), every call has a deadline, bad replies degrade the
-step, and each program degrades the way it documents, with the event in the cost trace."""
+backoff that honours retry-after, capped), every call has a deadline, an LM that stays
+unreachable fails the question (issue 33: it is not answered around), a reply that does not
+parse degrades the step, and each program degrades the way it documents, with the event in
+the cost trace."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 
 import dspy
 import pytest
-from dspy.utils.exceptions import LMAuthError
+from dspy.utils.exceptions import LMAuthError, LMError
 
 from ambiqa.lm import RetryPolicy, endpoint_lm
 from ambiqa.programs.base import safe_step
@@ -74,27 +76,26 @@ def test_transient_fault_is_retried_then_succeeds(kind, use_lm):
 
 
 @pytest.mark.parametrize("kind", TRANSIENT)
-def test_persistent_transient_fault_is_bounded_and_the_step_degrades(kind, use_lm):
+def test_persistent_transient_fault_is_bounded_and_fails_the_step(kind, use_lm):
     sleeps: list[float] = []
     lm = use_lm(scripted_lm({"ClosedBookLongAnswer": Faults.error(kind, retry_after=999)},
                             policy=fast_policy(max_retries=2), sleep=sleeps.append))
-    with track() as t:
-        got = safe_step("closed_book", _predict_closed_book, "DEGRADED")
-    assert got == "DEGRADED"
+    with track() as t, pytest.raises(LMError):    # no reply: not answered around (issue 33)
+        safe_step("closed_book", _predict_closed_book, "DEGRADED")
     assert lm.engine.count("ClosedBookLongAnswer") == 3        # 1 + max_retries, no more
     assert all(s <= 0.05 for s in sleeps)                       # retry-after 999 s capped
-    assert any(e.startswith("closed_book: degraded: LM unavailable") for e in t.events)
+    assert not any("degraded" in e for e in t.events)
     assert any(e.startswith("lm: gave up after 3 attempt(s)") for e in t.events)
 
 
 def test_hung_call_hits_its_deadline_never_hangs(faults, use_lm):
     lm = use_lm(scripted_lm({"ClosedBookLongAnswer": faults.hang(OK)},
                             policy=fast_policy(timeout_s=0.3, max_retries=1)))
-    with track() as t:
-        got = safe_step("closed_book", _predict_closed_book, "DEGRADED")
+    with track() as t, pytest.raises(LMError):
+        safe_step("closed_book", _predict_closed_book, "DEGRADED")
     # event-based: both attempts are still blocked inside the LM, so the deadline (not a
     # reply) ended them; a missing deadline would wait for the release and return OK
-    assert got == "DEGRADED" and faults.blocked == 2
+    assert faults.blocked == 2
     assert lm.engine.count("ClosedBookLongAnswer") == 2        # the timeout was retried once
     assert any("timeout" in e for e in t.events)
 
@@ -102,7 +103,8 @@ def test_hung_call_hits_its_deadline_never_hangs(faults, use_lm):
 def test_timeouts_not_retried_when_policy_says_so(faults, use_lm):
     lm = use_lm(scripted_lm({"ClosedBookLongAnswer": faults.hang(OK)},
                             policy=fast_policy(timeout_s=0.2, retry_timeouts=False)))
-    assert safe_step("x", _predict_closed_book, None) is None
+    with pytest.raises(LMError):
+        safe_step("x", _predict_closed_book, None)
     assert faults.blocked == 1                                  # cut by its deadline, not answered
     assert lm.engine.count("ClosedBookLongAnswer") == 1
 
@@ -110,7 +112,8 @@ def test_timeouts_not_retried_when_policy_says_so(faults, use_lm):
 def test_whole_call_deadline_bounds_retries(faults, use_lm):
     lm = use_lm(scripted_lm({"ClosedBookLongAnswer": faults.hang(OK)},
                             policy=fast_policy(timeout_s=0.3, max_retries=50, deadline_s=1.0)))
-    assert safe_step("x", _predict_closed_book, None) is None
+    with pytest.raises(LMError):
+        safe_step("x", _predict_closed_book, None)
     calls = lm.engine.count("ClosedBookLongAnswer")
     assert 1 <= calls <= 5                                      # 1.0 s / 0.3 s, not 51 attempts
     assert faults.blocked == calls                              # every attempt cut, none answered
@@ -153,35 +156,53 @@ def test_extremely_long_reply_is_cut_and_counted(use_lm):
 
 
 # ---- programs degrade as documented, the event in the trace --------------------------------
-def test_diva_keeps_the_rag_path_when_verification_is_unreachable(use_lm):
-    """Unreachable verifications abstain; with no parsed vote Diva keeps its passages
-    (issue 12 item 2)."""
-    from ambiqa.programs.diva import Diva
-
-    lm = use_lm(scripted_lm({
+def _diva_script(verify):
+    return {
         "TypeAmbiguity": {"reason": "several readings", "ambiguity_type": "AmbObj"},
         "PseudoInterpretations": {"interpretations": ["Who played Ron?", "Who played Percy?"]},
-        "VerifyRetrieval": Faults.error("timeout"),
+        "VerifyRetrieval": verify,
         "ClarifyFromPassages": {"pairs": [{"question": "Who played Ron?", "answer": "Grint",
                                            "passage": 1}]},
         "WriteLongAnswer": {"long_answer": "From the passages."},
-    }, policy=fast_policy(max_retries=1), sleep=lambda s: None))
+    }
+
+
+def test_diva_keeps_the_rag_path_when_verification_does_not_parse(use_lm):
+    """Unparseable verifications abstain; with no parsed vote Diva keeps its passages
+    (issue 12 item 2)."""
+    from ambiqa.programs.diva import Diva
+
+    lm = use_lm(scripted_lm(_diva_script("no verdict in any format"), policy=fast_policy()))
     out = Diva(InMemoryRetriever(small_passages()), encoder=SeededEncoder())(
         question="Who played the Weasley brothers?")
     assert out.path == "rag" and out.answer == "From the passages."
     assert out.verdict == "Unverified"
     assert [v["supported"] for v in out.votes] == [None, None]
-    assert any(e.startswith("verify: degraded: LM unavailable") for e in out.trace["events"])
+    assert any(e.startswith("verify: degraded: AdapterParseError")
+               for e in out.trace["events"])
     assert any("every vote abstained" in e for e in out.trace["events"])
-    assert lm.engine.count("VerifyRetrieval") == 4         # 2 readings x (1 + 1 retry)
+    assert lm.engine.retries == 0                          # a bad reply is not retried
 
 
-def test_verdict_drops_the_passage_whose_call_fails(use_lm):
+def test_diva_fails_the_question_when_verification_is_unreachable(use_lm):
+    """An LM that never replies fails the question; it is not an abstention (issue 33)."""
+    from ambiqa.programs.diva import Diva
+
+    lm = use_lm(scripted_lm(_diva_script(Faults.error("timeout")),
+                            policy=fast_policy(max_retries=1), sleep=lambda s: None))
+    with pytest.raises(LMError):
+        Diva(InMemoryRetriever(small_passages()), encoder=SeededEncoder())(
+            question="Who played the Weasley brothers?")
+    assert lm.engine.count("VerifyRetrieval") >= 2         # retried (1 + 1) before failing
+    assert lm.engine.count("WriteLongAnswer") == 0         # no answer written around it
+
+
+def test_verdict_drops_the_passage_whose_reply_does_not_parse(use_lm):
     from ambiqa.programs.verdict import VerDICt
 
     def interpret(inputs):
         if "Paris" in inputs["passage"]:
-            raise Faults.error("connection")
+            return "I would rather not say."
         return {"interpretation": "Who played Ron Weasley?", "answer": "Rupert Grint",
                 "abstain": False}
 
@@ -192,33 +213,34 @@ def test_verdict_drops_the_passage_whose_call_fails(use_lm):
     out = VerDICt(InMemoryRetriever(small_passages()), n_passages=6, encoder=SeededEncoder())(
         question="Who played the Weasley brothers?")
     assert out.n_dropped == 1 and out.grounded
-    assert any(e.startswith("verdict.interpret[p3]: degraded: LM unavailable")
+    assert any(e.startswith("verdict.interpret[p3]: degraded: AdapterParseError")
                for e in out.trace["events"])
 
 
-def test_resp_stops_planning_and_answers_when_the_planner_is_unreachable(use_lm):
+def test_resp_stops_planning_and_answers_when_the_plan_does_not_parse(use_lm):
     from ambiqa.programs.resp import ReSP
 
     use_lm(scripted_lm({
         "SummarizeGlobalEvidence": {"evidence": "Ron was played by Rupert Grint."},
         "SummarizeLocalPathway": {"answer": "Rupert Grint"},
         "JudgeSufficiency": {"sufficient": False},
-        "PlanNextQuestion": Faults.error("rate_limit", retry_after=5),
+        "PlanNextQuestion": "Next I would look things up.",
         "AnswerFromMemories": {"answer": "Rupert Grint"},
     }, policy=fast_policy(max_retries=1), sleep=lambda s: None))
     out = ReSP(InMemoryRetriever(small_passages()), k=2, max_iter=3)(
         question="Who played Ron Weasley?")
     assert out.stop_reason == "planner_unparseable" and out.answer == "Rupert Grint"
     assert out.iterations == 1
-    assert any(e.startswith("resp.plan: degraded: LM unavailable") for e in out.trace["events"])
+    assert any(e.startswith("resp.plan: degraded: AdapterParseError")
+               for e in out.trace["events"])
 
 
-def test_eor_drops_the_vote_of_a_member_whose_reader_fails(use_lm):
+def test_eor_drops_the_vote_of_a_member_whose_reader_reply_does_not_parse(use_lm):
     from ambiqa.programs.eor import EoR
 
     def reader(inputs):
         if inputs["passages"].startswith("(no passages)"):          # the ReFree member
-            raise Faults.error("server")
+            return "cannot help with that"
         return {"answer": "Rupert Grint"}
 
     use_lm(scripted_lm({"ShortAnswer": reader,
@@ -247,17 +269,17 @@ def test_endpoint_rate_limit_with_retry_after_then_ok(faulty_endpoint, use_lm):
 
 
 @pytest.mark.parametrize("script", [["503"], ["drop"]], ids=["server_error", "dropped"])
-def test_endpoint_persistent_failure_degrades_after_bounded_retries(script, faulty_endpoint,
-                                                                    use_lm):
+def test_endpoint_persistent_failure_fails_after_bounded_retries(script, faulty_endpoint,
+                                                                  use_lm):
     ep = faulty_endpoint(script)
     use_lm(_endpoint(ep.url, max_retries=2))
-    with track() as t:
-        assert safe_step("closed_book", _predict_closed_book, None) is None
+    with track() as t, pytest.raises(LMError):
+        safe_step("closed_book", _predict_closed_book, None)
     assert ep.requests == 3
-    assert any("degraded: LM unavailable" in e for e in t.events)
+    assert not any("degraded" in e for e in t.events)
 
 
-def test_endpoint_connection_refused_degrades(use_lm):
+def test_endpoint_connection_refused_fails(use_lm):
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -265,7 +287,8 @@ def test_endpoint_connection_refused_degrades(use_lm):
         port = s.getsockname()[1]
     use_lm(_endpoint(f"http://127.0.0.1:{port}/v1", max_retries=1))
     t0 = time.monotonic()
-    assert safe_step("closed_book", _predict_closed_book, None) is None
+    with pytest.raises(LMError):
+        safe_step("closed_book", _predict_closed_book, None)
     assert time.monotonic() - t0 < 10
 
 
@@ -274,7 +297,8 @@ def test_endpoint_slow_server_times_out(faulty_endpoint, use_lm):
     lm = endpoint_lm("openai/fake", api_base=ep.url, cache=False, timeout=0.5,
                      policy=fast_policy(timeout_s=0.5, max_retries=1))
     use_lm(lm)
-    assert safe_step("closed_book", _predict_closed_book, None) is None
+    with pytest.raises(LMError):
+        safe_step("closed_book", _predict_closed_book, None)
     # event-based: both attempts reached the server and are still held there, so the
     # client's 0.5 s timeout ended them, not a reply
     assert ep.requests == 2 and ep.hanging == 2
