@@ -52,6 +52,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ambiqa.optimizers.export import export_prompts, render
     from ambiqa.retrieval.colbert import ColBERTRetriever
     from ambiqa.retrieval.factory import index_root
+    from ambiqa.retrieval.indexing import build_index
 
     console = make_console()
     t_start = time.perf_counter()
@@ -61,7 +62,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     root = Path(args.index_root) if args.index_root else index_root()
     with console.status("opening / building the ColBERT index over the bundled demo corpus"):
         t0 = time.perf_counter()
-    from ambiqa.retrieval.indexing import build_index
         try:
             retriever = ColBERTRetriever.load(root, "demo")
         except AmbiqaError:
