@@ -297,3 +297,37 @@ def test_tune_searches_ambiguity_knobs_with_signal_demos(tmp_path, use_lm):
     best = study.best_trial
     assert best.value == pytest.approx(best.user_attrs["score"]
                                        - 0.01 * best.user_attrs["lm_calls_per_q"])
+
+
+@pytest.mark.parametrize("optimizer, extra", [
+    ("gepa", ["--gepa-rollouts", "8", "--reflection-minibatch", "1"]),
+    ("simba", ["--simba-steps", "1", "--simba-bsize", "2", "--num-candidates", "2"]),
+])
+def test_cli_compiles_diva_with_gepa_and_simba_on_a_fake_endpoint(optimizer, extra, tmp_path,
+                                                                  capsys, monkeypatch):
+    """``ambiqa compile diva --optimizer gepa|simba`` end to end over an OpenAI-compatible
+    endpoint (the fake server writes well-formed replies for any signature), then export and
+    answer from the artifact."""
+    from ambiqa.cli import main
+    from ambiqa.data import demo_corpus_path
+    from benchmarks.fake_openai_server import serve
+
+    root = str(tmp_path / "idx")
+    monkeypatch.setenv("AMBIQA_INDEX_ROOT", root)  # where the artifact's index is opened
+    assert main(["index", str(demo_corpus_path()), "--name", "demo", "--kind", "bm25",
+                 "--index-root", root]) == 0
+    url, shutdown = serve(delay=0.0)
+    lm = ["--lm", "openai/fake", "--api-base", url, "--no-cache"]
+    out = tmp_path / f"diva-{optimizer}.json"
+    try:
+        rc = main(["compile", "diva", "--optimizer", optimizer, "--train", "demo:train:4",
+                   "--metric", "str-em", "--index", "bm25:demo", "--index-root", root,
+                   "--max-lm-calls", "200", "--out", str(out), *extra, *lm])
+        assert rc == 0, capsys.readouterr().err
+        doc = read_artifact(out)
+        assert doc["manifest"]["optimizer"]["name"] == optimizer
+        assert main(["export", str(out), "--format", "md"]) == 0
+        assert "VerifyRetrieval" in capsys.readouterr().out
+        assert main(["ask", "Who sang Hallelujah?", "--artifact", str(out), *lm]) == 0
+    finally:
+        shutdown()
