@@ -107,8 +107,10 @@ def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSetting
         if isinstance(corpus, dict):
             raise ConfigError("a corpus is a path or a list of passages, not one dict")
         passages = passages_from(corpus)
-    if cfg.kind == "colbert":
-        retriever = _colbert(cfg, root, Path(corpus) if is_path else None, passages)
+    if cfg.shards > 1:
+        retriever = _sharded(cfg, root, Path(corpus) if is_path else None)
+    elif cfg.kind == "colbert":
+        retriever = _colbert(cfg, root, passages)
     else:
         retriever = _simple(cfg, root, list(passages))
     if not getattr(retriever, "index_name", None):
@@ -125,21 +127,30 @@ def _count(retriever: Any) -> int:
     return len(getattr(retriever, "passages", []) or [])
 
 
-def _colbert(cfg: IndexSettings, root: Path, path: Path | None, passages: Any) -> Any:
+def _sharded(cfg: IndexSettings, root: Path, path: Path | None) -> Any:
+    """``NAME-0..NAME-{n-1}`` streamed from a JSONL file (bm25 is refused, with the reason)."""
+    from ambiqa.data.corpus import corpus_format
+    from ambiqa.retrieval.sharded import build_sharded, check_shardable
+
+    check_shardable(cfg.kind, cfg.shards)
+    if path is None or corpus_format(path) != "jsonl":
+        raise ConfigError("shards need a JSONL corpus file (each part is streamed from it)",
+                          hint="convert the corpus to JSONL, or index it unsharded")
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
+    if ckpt is None and cfg.kind == "colbert":
+        from ambiqa.retrieval.checkpoint import default_checkpoint
+
+        ckpt = default_checkpoint()
+    return build_sharded(path, cfg.name, root, cfg.shards, checkpoint=ckpt,
+                         progress=cfg.progress, nranks=cfg.nranks,
+                         kmeans_share=cfg.kmeans_share, kind=cfg.kind)
+
+
+def _colbert(cfg: IndexSettings, root: Path, passages: Any) -> Any:
     from ambiqa.retrieval.checkpoint import default_checkpoint
     from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
 
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else default_checkpoint()
-    if cfg.shards > 1:
-        from ambiqa.data.corpus import corpus_format
-        from ambiqa.retrieval.sharded import build_sharded
-
-        if path is None or corpus_format(path) != "jsonl":
-            raise ConfigError("shards need a JSONL corpus file (each part is streamed from it)",
-                              hint="convert the corpus to JSONL, or index it unsharded")
-        return build_sharded(path, cfg.name, root, cfg.shards, checkpoint=ckpt,
-                             progress=cfg.progress, nranks=cfg.nranks,
-                             kmeans_share=cfg.kmeans_share)
     return ColBERTRetriever.build(passages, index_root=root, name=cfg.name, checkpoint=ckpt,
                                   progress=cfg.progress, nranks=cfg.nranks,
                                   kmeans_share=cfg.kmeans_share)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,8 @@ class EvaluateSettings:
     program_config: dict[str, Any] | None = None
     #: what run.json records as the LM (default: the spec passed as ``lm``, if a string)
     lm_label: str | None = None
+    #: ``I/N``: only the I-th of N contiguous slices of the data (``ambiqa merge`` joins them)
+    part: str | None = None
     progress: bool = False
     #: extra RunSpec settings (recorded in run.json; a resume must match them)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -166,12 +169,14 @@ class EvaluateResult:
 
 
 def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *,
-             lm: Any = None, retriever: Any = None, **overrides: Any) -> EvaluateResult:
+             lm: Any = None, retriever: Any = None, make_lm: Callable[[], Any] | None = None,
+             **overrides: Any) -> EvaluateResult:
     """Run ``target`` on ``data`` and score it (see the module docstring for the arguments).
 
     Everything that needs no model is checked first (settings, metric names, program name,
     data, the run directory and whether it may be resumed into), so a typo costs a second,
-    not an LM load, and never touches results already written.
+    not an LM load, and never touches results already written. ``make_lm``: builds the LM
+    only once those checks passed (the CLI loads its model this way).
     """
     from ambiqa.evaluation.registry import judge_name
     from ambiqa.evaluation.runner import RunSpec, check_run_dir, ensure_writable_dir
@@ -181,6 +186,12 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     cfg.check()
     check_target(target)
     examples, spec_text = load_data(data)
+    extra = dict(cfg.extra)
+    if cfg.part:
+        from ambiqa.evaluation.merge import part_of
+
+        examples, part = part_of(examples, cfg.part)
+        extra.update(part)
     names = metric_names(cfg.metrics, examples)
     label = _target_label(target)
     artifact_sha = None
@@ -195,11 +206,11 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     if out is not None:
         draft = RunSpec(program=label, data=data_label, metrics=names, lm=lm_label,
                         index=cfg.index, program_config=config or None,
-                        artifact_sha256=artifact_sha, extra=dict(cfg.extra))
+                        artifact_sha256=artifact_sha, extra=extra)
         check_run_dir(out, draft, cfg.resume,
                       skip=frozenset({"reader", "judge", "index_fingerprint"}))
         ensure_writable_dir(out)
-    use_lm(lm)
+    use_lm(make_lm() if make_lm is not None and lm is None else lm)
     reader = make_reader(cfg.reader)
     found = resolve(target, retriever=retriever, index=cfg.index, index_root=cfg.index_root,
                     config=config or None)
@@ -207,7 +218,7 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
                    reader=getattr(reader, "name", None), lm=lm_label, index=cfg.index,
                    program_config=config or None, judge=judge_name(names),
                    artifact_sha256=artifact_sha,
-                   index_fingerprint=_fingerprint(found.program), extra=dict(cfg.extra))
+                   index_fingerprint=_fingerprint(found.program), extra=extra)
     summary = run_evaluation(found.program, examples, metric_fns(names, reader), out_dir=out,
                              spec=spec, resume=cfg.resume, threads=cfg.threads,
                              max_error_rate=cfg.max_error_rate, timeout_s=cfg.timeout_s,
@@ -285,14 +296,15 @@ class CompileResult:
 
 
 def compile(program: Any, train: Any = None, settings: CompileSettings | None = None, *,
-            lm: Any = None, retriever: Any = None, console: Any = None,
-            **overrides: Any) -> CompileResult:
+            lm: Any = None, retriever: Any = None, reader: Any = None, console: Any = None,
+            make_lm: Callable[[], Any] | None = None, **overrides: Any) -> CompileResult:
     """Compile ``program`` (a name or a program object) on ``train``; save when ``out`` is set.
 
     ``ambiqa.compile(ambiqa.Diva(retriever=fn), "questions.jsonl", optimizer="labeled",
-    out="diva.json")``. Training data must be a training split: dev/test specs, files named
-    dev/test/... and questions shared with ``dev`` are refused (``allow_eval_splits`` is for
-    research only and is recorded in the manifest).
+    out="diva.json")``. ``reader``: a D-F1 reader object (else ``settings.reader`` names
+    one). Training data must be a training split: dev/test specs, files named dev/test/...
+    and questions shared with ``dev`` are refused (``allow_eval_splits`` is for research only
+    and is recorded in the manifest).
     """
     import dspy
 
@@ -330,8 +342,8 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
         prog = found.program
     else:
         prog = program
-    lm = use_lm(lm)
-    reader = make_reader(cfg.reader)
+    lm = use_lm(make_lm() if make_lm is not None and lm is None else lm)
+    reader = reader if reader is not None else make_reader(cfg.reader)
     examples, spec = load_data(train_data)
     trainset = usable_examples(examples, recipe, metric, spec or "the training examples")
     devset, dev_spec = load_data(cfg.dev) if cfg.dev is not None else (None, None)

@@ -15,7 +15,8 @@ a ``dspy.Module``           used as it is
 ==========================  ================================================================
 
 A file target's index is opened by the name, kind and fingerprint it records; a different
-fingerprint is an error by default (``strict_fingerprint=False`` makes it a warning).
+fingerprint there is an error (``strict_fingerprint=False`` makes it a warning). A retriever
+passed on purpose replaces the recorded one, and a different fingerprint then only warns.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def open_index(index: str | dict[str, Any], root: str | Path | None = None) -> A
 
 def _read_json(path: Path) -> Any:
     if not path.is_file():
-        raise ArtifactError(f"file not found: {path}",
+        raise ArtifactError(f"artifact not found: {path}",
                             hint="compile one with ambiqa.compile(...) or `ambiqa compile`, or "
                                  "save a program with prog.save(PATH.json)")
     try:
@@ -168,10 +169,11 @@ def _artifact(path: Path, doc: dict[str, Any], *, retriever: Any, with_index: bo
     from ambiqa.programs.registry import build_program
 
     if with_index:
+        given = retriever is not None  # a retriever passed on purpose: a mismatch only warns
         if retriever is None:
             retriever = _recorded_index(read_artifact(path)["manifest"].get("retriever"),
                                         path, index_root)
-        prog = load_artifact(path, retriever=retriever, strict_fingerprint=strict,
+        prog = load_artifact(path, retriever=retriever, strict_fingerprint=strict and not given,
                              knn_encoder=knn_encoder, program_kwargs=program_kwargs)
         m = prog.manifest
         return Target(prog, "artifact", m["program"], m, path, sha,
@@ -233,10 +235,11 @@ def _saved(path: Path, doc: dict[str, Any], *, retriever: Any, program: str | No
     if not isinstance(config, dict):
         raise ArtifactError(f"{path}: ambiqa.program_config must be an object")
     cls = program_class(str(name))
+    given = retriever is not None  # a retriever passed on purpose: a mismatch only warns
     if retriever is None and with_index and getattr(cls, "needs_retriever", True):
         retriever = _recorded_index(info.get("retriever"), path, index_root)
     if retriever is not None:
-        check_fingerprint(info.get("retriever"), retriever, path, strict)
+        check_fingerprint(info.get("retriever"), retriever, path, strict and not given)
     clash = set(program_kwargs or {}) & set(config)
     if clash:
         raise ArtifactError(f"program_kwargs repeat stored settings: {sorted(clash)}")
@@ -253,8 +256,10 @@ def _guard(path: Path, manifest: dict[str, Any]) -> None:
     from ambiqa.optimizers.splits import guard_warning
 
     loud = guard_warning(manifest)
-    if loud:
-        log.warning("%s: %s", path, loud)
+    if loud:  # loud on purpose: an export of such prompts must not pass unnoticed
+        import sys
+
+        print(f"warning: {path}: {loud}", file=sys.stderr)
 
 
 def load(path: str | Path, *, retriever: Any = None, lm: Any = None, program: str | None = None,

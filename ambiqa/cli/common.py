@@ -89,17 +89,18 @@ def print_prediction(pred: Any, console: Any) -> None:
 
 
 def program_or_artifact(args: argparse.Namespace, target: str | None) -> Any:
-    from ambiqa.optimizers.artifact import load_artifact
-    from ambiqa.programs.registry import build_program, program_class
+    """The program a command runs: a program name, an artifact or a saved program, resolved by
+    :func:`ambiqa.api.targets.resolve` (the one place that decides). ``--index`` replaces the
+    index a file records; a file otherwise opens its own."""
+    from ambiqa.api.targets import is_file_target, resolve
+    from ambiqa.programs.registry import program_class
 
-    if target and (target.endswith(".json") or Path(target).is_file()):
-        retriever = retriever_from_args(args, needed=False)
-        return load_artifact(target, retriever=retriever)
     name = target or "vanilla_rag"
+    if is_file_target(name):
+        return resolve(name, retriever=retriever_from_args(args, needed=False)).program
     cls = program_class(name)
-    return build_program(name, retriever=retriever_from_args(args, cls.needs_retriever),
-                         **program_config(args))
-
+    return resolve(name, retriever=retriever_from_args(args, cls.needs_retriever),
+                   config=program_config(args) or None).program
 
 
 def add_lm_args(p: argparse.ArgumentParser) -> None:
@@ -116,8 +117,9 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_index_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", default=None, help="index name ([kind:]name, kind colbert|bm25|"
-                                                 "dense; default colbert)")
+    p.add_argument("--index", default=None,
+                   help="index name, as given to `ambiqa index --name` (its kind is read from "
+                        "the index's manifest; kind:name, kind colbert|bm25|dense, also works)")
     p.add_argument("--index-root", default=None, help="directory holding indexes")
 
 

@@ -17,10 +17,7 @@ from ambiqa.cli.common import (
     add_lm_args,
     lm_from_args,
     make_console,
-    metric_fns,
     program_config,
-    program_or_artifact,
-    reader_from_args,
 )
 from ambiqa.errors import ConfigError
 
@@ -37,92 +34,32 @@ def _metric_names(text: str) -> list[str]:
     return with_set_parts(out)
 
 
-def _fingerprint(program: Any) -> str | None:
-    """The program's retriever fingerprint (None for programs without a retriever)."""
-    fp = getattr(getattr(program, "retriever", None), "fingerprint", None)
-    return str(fp) if isinstance(fp, str) and fp else None
-
-
-def _artifact_sha256(target: str) -> str | None:
-    """The sha256 of an artifact target (None for a program name), so a resume can prove it
-    continues with the same compiled program."""
-    import hashlib
-
-    if not _is_artifact(target):
-        return None
-    path = Path(target)
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise ConfigError(f"cannot read artifact {path}: {exc.strerror or exc}") from exc
-
-
-def _is_artifact(target: str) -> bool:
-    return target.endswith(".json") or Path(target).is_file()
-
-
 def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: Any = None,
                        progress: bool = True) -> tuple[dict[str, Any], Any]:
-    """The work of ``ambiqa evaluate``; ``benchmarks/compare_methods.py`` calls it too, so
-    its runs carry exactly the RunSpec the CLI writes. ``lm`` / ``retriever`` replace the
-    ones the arguments name (tests pass a scripted LM and an in-memory retriever)."""
-    from ambiqa.data import load_dataset
-    from ambiqa.evaluation.merge import part_of
-    from ambiqa.evaluation.registry import judge_name
-    from ambiqa.evaluation.runner import (
-        RunSpec,
-        check_run_dir,
-        ensure_writable_dir,
-        evaluate,
-    )
-    from ambiqa.lm import configure
-    from ambiqa.programs.registry import build_program, program_class
+    """The work of ``ambiqa evaluate``: the flags as :class:`ambiqa.api.EvaluateSettings`,
+    run by :func:`ambiqa.api.evaluate` (``benchmarks/compare_methods.py`` calls it too, so its
+    runs carry exactly the RunSpec the CLI writes). ``lm`` / ``retriever`` replace the ones
+    the arguments name (tests pass a scripted LM and an in-memory retriever)."""
+    from ambiqa.api import EvaluateSettings, evaluate
 
+    # the flags' own names in these messages (the API repeats the checks by field name)
     if args.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
     if args.timeout_s is not None and args.timeout_s <= 0:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise ConfigError(f"--max-error-rate must be within [0, 1], got {args.max_error_rate}")
-    names = _metric_names(args.metrics)
-    if not _is_artifact(args.target):
-        program_class(args.target)  # a typo fails here, with the nearest name
-    config = program_config(args)
-    examples, part = part_of(load_dataset(args.data), getattr(args, "part", None))
-    out = Path(args.out)
-    artifact_sha = _artifact_sha256(args.target)
-    index = getattr(args, "index", None)
-    # the settings known before any model loads are checked now; reader and judge below
-    draft = RunSpec(program=args.target, data=args.data, metrics=names, lm=args.lm,
-                    index=index, program_config=config or None,
-                    artifact_sha256=artifact_sha, extra=part)
-    check_run_dir(out, draft, args.resume,
-                  skip=frozenset({"reader", "judge", "index_fingerprint"}))
-    ensure_writable_dir(out)
-    if lm is None:
-        lm_from_args(args)
-    else:
-        configure(lm)
-    reader = reader_from_args(args)
-    metrics = metric_fns(names, reader)
-    if retriever is not None and _is_artifact(args.target):
-        from ambiqa.optimizers.artifact import load_artifact
-
-        program = load_artifact(args.target, retriever=retriever)
-    elif retriever is not None:
-        program = build_program(args.target, retriever=retriever, **config)
-    else:
-        program = program_or_artifact(args, args.target)
-    spec = RunSpec(program=args.target, data=args.data, metrics=names,
-                   reader=getattr(reader, "name", None), lm=args.lm,
-                   index=index, program_config=config or None,
-                   judge=judge_name(names), artifact_sha256=artifact_sha,
-                   index_fingerprint=_fingerprint(program), extra=part)
-    summary = evaluate(program, examples, metrics, out_dir=out, spec=spec,
-                       resume=args.resume, threads=args.threads,
-                       max_error_rate=args.max_error_rate, timeout_s=args.timeout_s,
-                       retry_errors=args.retry_errors, progress=progress)
-    return summary, spec
+    settings = EvaluateSettings(
+        metrics=_metric_names(args.metrics) if args.metrics else None, out=args.out,
+        resume=args.resume, retry_errors=args.retry_errors, threads=args.threads,
+        timeout_s=args.timeout_s, max_error_rate=args.max_error_rate,
+        reader=getattr(args, "reader", None), index=getattr(args, "index", None),
+        index_root=getattr(args, "index_root", None),
+        program_config=program_config(args) or None, lm_label=args.lm,
+        part=getattr(args, "part", None), progress=progress)
+    result = evaluate(args.target, args.data, settings, lm=lm, retriever=retriever,
+                      make_lm=lambda: lm_from_args(args))
+    return result.summary, result.spec
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -196,8 +133,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the evaluation sub-commands to the top-level parser."""
     p = sub.add_parser("evaluate", help="evaluate a program or artifact on a data split")
     p.add_argument("target", help="program name or artifact path")
-    p.add_argument("--data", required=True, help="e.g. asqa:dev:50")
-    p.add_argument("--metrics", default="str-em,rouge-l,d-f1,dr")
+    p.add_argument("--data", required=True,
+                   help="e.g. asqa:dev:50, or your own questions: jsonl:PATH[:N] (one JSON "
+                        "object per line: question plus answers or qa_pairs; see README)")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated (default: what the data's fields allow -- "
+                        "str-em,rouge-l,d-f1,dr for ASQA-style sets, em,f1 for short answers)")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (same program and split; N may grow)")

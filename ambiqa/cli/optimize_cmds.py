@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from ambiqa.cli.common import (
     add_lm_args,
     lm_from_args,
     make_console,
-    metric_fns,
     program_config,
     reader_from_args,
     retriever_from_args,
@@ -46,77 +44,24 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
              console: Any, *, options: dict[str, Any] | None = None,
              max_lm_calls: int | None = None,
              allow_eval_splits: bool = False) -> tuple[Any, dict[str, Any]]:
-    """Compile, score on dev, save: shared by ``compile`` and ``demo``.
+    """Compile, score on dev, save: shared by ``compile`` and ``demo``; the work is
+    :func:`ambiqa.api.compile`.
 
     ``options``: extra teleprompter settings (num_candidates, mipro_trials, knn_pool,
     threads); ``threads`` also sets the questions in flight while scoring on dev.
     """
-    import dspy
-
-    import ambiqa
-    from ambiqa.data import load_dataset
-    from ambiqa.evaluation.registry import dspy_metric
-    from ambiqa.evaluation.runner import evaluate
-    from ambiqa.lm import lm_id
-    from ambiqa.optimizers.artifact import save_artifact
-    from ambiqa.optimizers.budget import Budget
-    from ambiqa.optimizers.compile import compile_program
-    from ambiqa.optimizers.recipes import get_recipe, usable_examples
-    from ambiqa.programs.registry import build_program
-    from ambiqa.retrieval.factory import describe
+    from ambiqa.api import CompileSettings
+    from ambiqa.api import compile as compile_job
 
     _require_training(train_spec, allow_eval_splits)
-    program = build_program(program_name, retriever=retriever, **config)
-    trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
-                               train_spec)
-    devset = load_dataset(dev_spec) if dev_spec else None
-    console.print(f"compiling [bold]{program_name}[/bold] with {optimizer} on {train_spec} "
-                  f"({len(trainset)} usable examples), metric {metric}")
-    compiled, report = compile_program(program, trainset, optimizer=optimizer,
-                                       metric=dspy_metric(metric, reader=reader), k=k,
-                                       seed=seed, threshold=threshold,
-                                       budget=Budget(max_lm_calls), train_spec=train_spec,
-                                       devset=devset, dev_spec=dev_spec,
-                                       allow_eval_splits=allow_eval_splits, **(options or {}))
-    scores: dict[str, Any] = {"train": report.val_score}
-    if report.val_score is not None:
-        scores["train_note"] = "held-out part of the training split"
-    if devset is not None:
-        console.print(f"scoring on {dev_spec} ({len(devset)} examples)")
-        summary = evaluate(compiled, devset, metric_fns([metric], reader), progress=False,
-                           threads=(options or {}).get("threads", 1))
-        scores["dev"] = summary["metrics"][metric]["mean"]
-        scores["dev_n"] = summary["n"]
-    settings = {k_: v for k_, v in report.settings.items() if v is not None}
-    manifest = {
-        "program": program_name,
-        "program_config": program.config(),
-        "ambiqa_version": ambiqa.__version__,
-        "dspy_version": dspy.__version__,
-        "lm": lm_id(lm),
-        "retriever": describe(retriever),
-        "metric": metric,
-        "reader": getattr(reader, "name", None),
-        "train": train_spec,
-        "dev": dev_spec,
-        "scores": scores,
-        "optimizer": {"name": optimizer, **settings,
-                      "stopped_by_budget": report.stopped_by_budget,
-                      "nan_scores": report.nan_scores,
-                      **({"candidates": report.candidates} if report.candidates else {})},
-        "optuna": None,
-        "demos_per_predictor": report.demos_per_predictor,
-        "compile_cost": report.cost,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "data_guard": report.data_guard,
-    }
-    save_artifact(out, compiled, manifest)
-    budget_note = " (stopped at the LM-call budget)" if report.stopped_by_budget else ""
-    console.print(f"wrote [bold]{out}[/bold]: demos per predictor "
-                  f"{report.demos_per_predictor}, dev {metric} = "
-                  f"{scores.get('dev', float('nan')):.3f}, {report.cost['lm_calls']} LM calls"
-                  + budget_note)
-    return compiled, manifest
+    settings = CompileSettings(train=train_spec, dev=dev_spec, metric=metric,
+                               optimizer=optimizer, k=k, seed=seed, threshold=threshold,
+                               out=out, max_lm_calls=max_lm_calls,
+                               allow_eval_splits=allow_eval_splits, options=dict(options or {}),
+                               program_config=config or None)
+    result = compile_job(program_name, settings=settings, lm=lm, retriever=retriever,
+                         reader=reader, console=console)
+    return result.program, result.manifest
 
 
 def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retriever: Any,
@@ -302,22 +247,15 @@ def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
     """Run the program on a few questions; for each predictor call check that the messages
     DSPy sent equal the exported prompt filled in (exact text), then send the filled export
     straight to the LM and compare parsed outputs."""
+    from ambiqa.cli.common import program_or_artifact
     from ambiqa.data import load_dataset
-    from ambiqa.optimizers.artifact import load_artifact
     from ambiqa.optimizers.export import capture_inputs, verify_export
-    from ambiqa.programs.registry import build_program, program_class
 
     if not args.data:
         raise ConfigError("--verify needs questions: pass --data SPEC (e.g. asqa:dev:2)")
     questions = [ex.question for ex in load_dataset(args.data)][: args.n]
     lm = lm_from_args(args)
-    cls = program_class(manifest["program"])
-    if Path(args.artifact).is_file():
-        retriever = retriever_from_args(args, needed=False)
-        program = load_artifact(args.artifact, retriever=retriever)
-    else:
-        program = build_program(manifest["program"],
-                                retriever=retriever_from_args(args, cls.needs_retriever))
+    program = program_or_artifact(args, args.artifact)
     captured = capture_inputs(program, questions)
     results = verify_export(program, captured, lm, via="jinja" if args.format == "jinja"
                             else "json")
@@ -336,37 +274,16 @@ def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
 
 
 def load_for_export(path: str, with_manifest: bool = False) -> Any:
-    """Export needs the predictors, not the index: build the program without a retriever.
+    """Export needs the predictors, not the index: build the program without a retriever
+    (:func:`ambiqa.api.jobs.export_target`).
 
     ``path`` may also be a bare program name (no such file): its uncompiled, zero-shot
     prompts are exported, marked as such.
     """
-    from ambiqa.optimizers.artifact import (
-        install_optimizer_hooks,
-        load_program_state,
-        read_artifact,
-    )
-    from ambiqa.programs.registry import PROGRAMS, build_program
+    from ambiqa.api.jobs import export_target
 
-    if not Path(path).exists() and path.strip().lower().replace("-", "_") in PROGRAMS:
-        name = path.strip().lower().replace("-", "_")
-        program = build_program(name, retriever=None)
-        manifest = {"program": name, "optimizer": {"name": "none"}, "metric": None,
-                    "reader": None, "lm": None, "created": None}
-        return (program, manifest) if with_manifest else program
-    doc = read_artifact(path)
-    m = doc["manifest"]
-    program = build_program(m["program"], retriever=None, **(m.get("program_config") or {}))
-    load_program_state(program, doc["state"], path)
-    install_optimizer_hooks(program, m)
-    from ambiqa.optimizers.splits import guard_warning
-
-    loud = guard_warning(m)
-    if loud:
-        import sys
-
-        print(f"warning: {path}: {loud}", file=sys.stderr)
-    return (program, m) if with_manifest else program
+    found = export_target(path)
+    return (found.program, found.manifest) if with_manifest else found.program
 
 
 def register(sub: argparse._SubParsersAction) -> None:

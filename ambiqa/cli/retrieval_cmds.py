@@ -9,33 +9,43 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 
+#: ``ambiqa index --help``'s account of the corpus formats (ambiqa.data.corpus documents them)
+CORPUS_HELP = """corpus formats (a passage without an id gets a stable one: its file path, or a hash
+of its title and text):
+
+  JSONL, one passage per line; text in "text" or "contents"; "title" and "id" optional
+    {"id": "p1", "title": "Paris", "text": "Paris is the capital of France."}
+    {"contents": "Lyon is a city in France."}
+
+  CSV or TSV with a header line naming the columns (text column: text, contents, passage,
+  body, or --text-column); title and id columns optional
+    id,title,text
+    p1,Paris,Paris is the capital of France.
+
+  a folder of .txt / .md files: one passage per file, titled by the file name, or
+  --split-words 100 for ~100-word passages
+    notes/paris.txt  notes/lyon.md  notes/sub/nice.txt
+
+  Parquet (.parquet) with the JSONL fields as columns, if pyarrow is installed
+
+example: ambiqa index my_notes/ --name notes --kind bm25 --split-words 100
+         ambiqa ask "..." --program diva --index notes"""
+
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ambiqa.retrieval.indexing import build_index
+    import ambiqa.api as api
 
-    corpus = Path(args.corpus)
-    if not corpus.is_file():
-        raise ConfigError(f"corpus file not found: {corpus}")
     t0 = time.perf_counter()
-    from ambiqa.retrieval.sharded import build_sharded, check_shardable
-
-    check_shardable(args.kind, args.shards)  # bm25 shards are refused, with the reason
-    if args.kind != "colbert":
-        retriever = (_build_simple_index(args.kind, corpus, args.name, args.index_root)
-                     if args.shards == 1 else build_sharded(
-                         corpus, args.name, args.index_root, args.shards, kind=args.kind))
-        print(f"index {args.kind}:{args.name} ready ({retriever.fingerprint}) in "
-              f"{time.perf_counter() - t0:.0f} s; use it with --index {args.kind}:{args.name}")
-        return 0
-    retriever = build_index(corpus, args.name,
-                            index_root=Path(args.index_root) if args.index_root else None,
-                            checkpoint=Path(args.checkpoint) if args.checkpoint else None,
-                            progress=True, nranks=args.nranks,
-                            kmeans_share=args.kmeans_share, shards=args.shards)
-    if args.shards == 1:
-        _print_build_summary(retriever)
-    print(f"index {args.name!r} ready ({retriever.fingerprint}) in "
-          f"{time.perf_counter() - t0:.0f} s")
+    result = api.index(args.corpus, api.IndexSettings(
+        name=args.name, kind=args.kind, index_root=args.index_root,
+        split_words=args.split_words, text_column=args.text_column, checkpoint=args.checkpoint,
+        nranks=args.nranks, kmeans_share=args.kmeans_share, shards=args.shards,
+        progress=True))
+    if args.kind == "colbert" and args.shards == 1:
+        _print_build_summary(result.retriever)
+    print(f"index {result.name!r} ({result.kind}, {result.n_passages:,} passages, "
+          f"{result.fingerprint}) ready in {time.perf_counter() - t0:.0f} s; use it with "
+          f"--index {result.name}")
     return 0
 
 
@@ -52,37 +62,6 @@ def _print_build_summary(retriever: Any) -> None:
         f"[green]indexed[/] {m['n_passages']:,} passages into {index_dir} in "
         f"{fmt_seconds(m['build_seconds'])} ({size / 2**20:.1f} MiB, checkpoint "
         f"{m['checkpoint']['id']}, {m['checkpoint']['kind']})")
-
-
-def _build_simple_index(kind: str, corpus: Path, name: str, root: str | None) -> object:
-    """Build a BM25 or dense index in a temporary directory and rename it into place.
-
-    The rename is the commit point: a killed build leaves only a ``.tmp-`` directory, never a
-    half-written index under ``name``.
-    """
-    import os
-    import secrets
-    import shutil
-
-    from ambiqa.data.corpus import load_corpus
-    from ambiqa.fsutil import swap_dir_into_place
-    from ambiqa.retrieval.factory import check_index_name, index_root
-
-    check_index_name(name)
-    base = Path(root) if root else index_root()
-    passages = load_corpus(corpus)
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = base / f"{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        if kind == "bm25":
-            from ambiqa.retrieval.bm25 import BM25Retriever as cls
-        else:
-            from ambiqa.retrieval.dense import DenseRetriever as cls
-        retriever = cls.build(passages, tmp)
-        swap_dir_into_place(tmp, base / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return retriever
 
 
 def cmd_colbert_train(args: argparse.Namespace) -> int:
@@ -130,13 +109,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the retrieval sub-commands to the top-level parser."""
-    p = sub.add_parser("index", help="build a retrieval index (ColBERT by default) over a "
-                                     "JSONL corpus")
-    p.add_argument("corpus")
-    p.add_argument("--name", required=True)
+    p = sub.add_parser(
+        "index", help="build a named retrieval index over your corpus (ColBERT by default)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Build a retrieval index NAME over CORPUS. Later commands name it once: "
+                    "--index NAME (the kind is read from the index's manifest).",
+        epilog=CORPUS_HELP)
+    p.add_argument("corpus", help="a JSONL, CSV, TSV or Parquet file, or a folder of .txt/.md "
+                                  "files (formats below)")
+    p.add_argument("--name", required=True,
+                   help="the index's name: letters, digits, '.', '_', '-'; every later command "
+                        "refers to it by this name (--index NAME); rebuilding replaces it")
     p.add_argument("--kind", default="colbert", choices=["colbert", "dense", "bm25"],
                    help="colbert (colbert-ai late interaction, the default), dense "
-                        "(all-MiniLM-L6-v2, exact inner product) or bm25 (bm25s)")
+                        "(all-MiniLM-L6-v2, exact inner product) or bm25 (bm25s, seconds)")
+    p.add_argument("--split-words", type=int, default=None, metavar="N",
+                   help="folder corpora: cut each file into passages of about N words "
+                        "(100 is DPR's size); default: one passage per file")
+    p.add_argument("--text-column", default=None,
+                   help="the field holding the text when it is not text/contents/passage/body")
     p.add_argument("--index-root", default=None)
     p.add_argument("--checkpoint", default=None,
                    help="ColBERT checkpoint directory (default: the trained checkpoint in the "

@@ -95,7 +95,15 @@ def index_kind(name: str, root: Path | None = None) -> str:
             return str(kind)
         raise RetrievalIndexError(f"{plain} names an unknown index kind {kind!r}",
                                   hint=f"rebuild it: ambiqa index CORPUS --name {name}")
-    if (index_dir / COLBERT_MANIFEST).is_file() or shards_file(root, name).is_file():
+    shards = shards_file(root, name)
+    if not index_dir.exists() and shards.is_file():  # a shard set lists its kind
+        try:
+            return str(json.loads(shards.read_text(encoding="utf-8")).get("kind", "colbert"))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RetrievalIndexError(f"cannot read the shard list {shards}: {exc}",
+                                      hint=f"rebuild: ambiqa index CORPUS --name {name} "
+                                           "--shards N") from exc
+    if (index_dir / COLBERT_MANIFEST).is_file():
         return "colbert"
     if index_dir.is_dir():  # a ColBERT build that never wrote its manifest says so on load
         return "colbert"

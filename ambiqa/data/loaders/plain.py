@@ -19,9 +19,9 @@ field               meaning                                                     
 ``passages``        gold passages ``[{title, text}]`` (or ``gold_passages``)          no
 ==================  ==============================================================  ========
 
-The metrics that apply follow from the fields present (:func:`metrics_for`): every set gets
-``em`` and ``f1``; ``qa_pairs`` add ``str-em`` and ``d-f1`` (and ``dr`` with a long answer);
-a long answer adds ``rouge-l``.
+The metrics that apply follow from the fields present (:func:`metrics_for`): ``answers``
+only → ``em``, ``f1``; ``qa_pairs`` → ``str-em``, ``d-f1``; ``qa_pairs`` and a long answer →
+ASQA's ``str-em``, ``rouge-l``, ``d-f1``, ``dr``.
 """
 
 from __future__ import annotations
@@ -94,19 +94,16 @@ def _fields(where: Where, rec: dict[str, Any], key: str | None) -> dict[str, Any
 def metrics_for(examples: Sequence[Any]) -> list[str]:
     """The metrics every example can be scored by, from the fields present.
 
-    ``em``/``f1`` need short answers (every loaded example has them); ``str-em`` and ``d-f1``
-    need ``qa_pairs``; ``rouge-l`` a reference long answer; ``dr`` both (it is the geometric
-    mean of ROUGE-L and D-F1).
+    ASQA-style sets (``qa_pairs`` and a long answer) get ASQA's four: ``str-em``, ``rouge-l``,
+    ``d-f1``, ``dr`` (the CLI's long-standing default); ``qa_pairs`` alone give ``str-em`` and
+    ``d-f1``; short answers alone give ``em`` and ``f1``.
     """
     def every(name: str) -> bool:
         return bool(examples) and all(getattr(ex, name, None) for ex in examples)
 
-    out = ["em", "f1"]
     pairs, longs = every("qa_pairs"), every("long_answers")
-    if pairs:
-        out = ["str-em", "d-f1", *out]
-    if longs:
-        out.insert(0, "rouge-l")
     if pairs and longs:
-        out.append("dr")
-    return out
+        return ["str-em", "rouge-l", "d-f1", "dr"]
+    if pairs:
+        return ["str-em", "d-f1"]
+    return ["em", "f1"]
