@@ -22,13 +22,32 @@ from typing import Any
 from ambiqa.errors import ConfigError
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux exposes it (``os.umask`` can
+    only be read by setting it, a race with threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None],
                  mode: str = "w") -> None:
-    """Write ``path`` by calling ``write(file)`` on a temp file, then rename it into place."""
+    """Write ``path`` by calling ``write(file)`` on a temp file, then rename it into place.
+
+    The file ends up 0644 under the user's umask, as a plain ``open`` would leave it
+    (``mkstemp`` creates 0600, which made reports unreadable to anyone else)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644 & ~current_umask())
         kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
         with os.fdopen(fd, mode, **kwargs) as fh:
             write(fh)
