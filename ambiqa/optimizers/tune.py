@@ -176,6 +176,7 @@ def make_storage(url: str) -> Any:
                           hint="e.g. sqlite:///tune.db or postgresql://user:pw@host/db")
     import warnings
 
+    url = _postgres_driver(url)
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -185,6 +186,17 @@ def make_storage(url: str) -> Any:
                           f"{type(exc).__name__}: {str(exc)[:200]}",
                           hint="check the URL, the driver (psycopg2 for PostgreSQL) and "
                                "that the directory exists") from exc
+
+
+def _postgres_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 maps the bare
+    scheme to psycopg 3, while ``ambiqa[postgres]`` installs psycopg2."""
+    import importlib.util
+
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
 
 
 # ---- search space -------------------------------------------------------------------------------
@@ -442,6 +454,8 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
             ran += 1
             if progress is not None:
                 progress(trial)
+            if _finished(study_, optuna) >= cfg.trials:  # other workers' trials count too
+                study_.stop()
             if trial.state != optuna.trial.TrialState.COMPLETE:
                 return
             try:
