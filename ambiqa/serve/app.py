@@ -142,32 +142,44 @@ def _validation_reason(exc: RequestValidationError) -> str:
 
 
 class _BodyLimit:
-    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413 before parsing
-    (counts what arrives, so a missing or false Content-Length does not get past it)."""
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413 before the app
+    sees them. The body is read here (at most ``limit`` bytes are held) and replayed to the
+    app, so a missing or false Content-Length (a chunked upload) does not get past it."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
+        too_big = _err(413, f"request body over {self.limit} bytes")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _err(413, f"request body over {self.limit} bytes")(scope, receive, send)
+            await too_big(scope, receive, send)
             return
-        seen = 0
-
-        async def counted() -> dict:
-            nonlocal seen
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _HTTPError(413, f"request body over {self.limit} bytes")
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await too_big(scope, receive, send)
+                return
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
 
-        await self.app(scope, counted, send)
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for a disconnect, as ASGI does
+
+        await self.app(scope, replay, send)
 
 
 def _lm_error_status(exc: BaseException) -> tuple[int, str] | None:

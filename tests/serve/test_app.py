@@ -114,6 +114,17 @@ def test_invalid_json_and_oversized_bodies(make_served):
         r = c.post("/v1/answer", content=big, headers={"content-type": "application/json"})
         assert r.status_code == 413
 
+        def chunked():  # no Content-Length: counted as it arrives
+            yield b'{"question": "'
+            for _ in range(10):
+                yield b"a" * 10_000
+            yield b'"}'
+
+        r = c.post("/v1/answer", content=chunked(), headers={"content-type":
+                                                             "application/json"})
+        assert r.status_code == 413 and "over 65536 bytes" in r.json()["detail"]
+        assert c.post("/v1/answer", json={"question": Q}).status_code == 200
+
 
 def test_full_queue_gets_503_with_retry_after(make_served):
     lm = vanilla_rag_lm(delay_s=0.6)
