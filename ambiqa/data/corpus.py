@@ -212,8 +212,13 @@ def _iter_parquet(path: Path) -> Iterator[tuple[Where, dict[str, Any]]]:
     except ImportError as exc:
         raise DataError(f"{path}: reading Parquet needs pyarrow, which is not installed",
                         hint="pip install pyarrow, or convert the file to JSONL") from exc
+    try:
+        table = pq.ParquetFile(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path}: not a readable Parquet file ({exc}); accepted: "
+                        f"{accepted()}") from exc
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+    for batch in table.iter_batches(batch_size=4096):
         for rec in batch.to_pylist():
             row += 1
             yield Where(path, f"row {row}"), rec
