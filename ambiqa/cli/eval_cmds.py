@@ -109,9 +109,11 @@ def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.report import write_run_report
 
-    summary = write_run_report(Path(args.run_dir), plots=not args.no_plots)
+    out = Path(args.out) if args.out else Path(args.run_dir)
+    summary = write_run_report(Path(args.run_dir), plots=not args.no_plots,
+                               out_dir=args.out or None)
     console = make_console()
-    console.print(f"{Path(args.run_dir) / 'report.md'}: n={summary['n']}, "
+    console.print(f"{out / 'report.md'} (and report.html): n={summary['n']}, "
                   f"errors={summary['n_errors']}")
     _print_metrics(console, summary)
     return 0
@@ -123,9 +125,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     metrics = _metric_names(args.metrics) if args.metrics else None
     result = compare_runs(args.runs, metrics=metrics, baseline=args.baseline,
                           allow_reader_mismatch=args.allow_reader_mismatch)
-    path = write_comparison(result, Path(args.out), quality_metric=args.quality_metric)
+    path = write_comparison(result, Path(args.out), quality_metric=args.metric,
+                            cost=args.cost)
     console = make_console()
     console.print(path.read_text(encoding="utf-8"), markup=False)
+    console.print(f"HTML: {path.with_suffix('.html')}", markup=False)
     return 0
 
 
@@ -160,20 +164,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_lm_args(p)
     p.set_defaults(fn=cmd_evaluate)
 
-    r = sub.add_parser("report", help="(re)render a run's summary.json, report.md and plots")
+    r = sub.add_parser("report", help="(re)render a run's summary.json, report.md, report.html "
+                                      "and plots")
     r.add_argument("run_dir", help="a directory written by `ambiqa evaluate --out`")
     r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--out", default=None,
+                   help="write the report here instead of into the run directory (which is "
+                        "only read)")
     r.set_defaults(fn=cmd_report)
 
     c = sub.add_parser("compare", help="compare runs side by side with paired differences")
     c.add_argument("runs", nargs="+", help="run directories (same data set and split)")
-    c.add_argument("--out", required=True, help="directory for compare.md and the plot")
+    c.add_argument("--out", required=True,
+                   help="directory for compare.md, compare.html and the plots")
     c.add_argument("--metrics", default=None, help="default: the metrics all runs share")
     c.add_argument("--baseline", type=int, default=0,
                    help="index of the run the others are compared to (default 0)")
     c.add_argument("--allow-reader-mismatch", action="store_true",
                    help="pair runs whose D-F1/DR were scored by different readers (the "
                         "differences then mix the method with the reader)")
-    c.add_argument("--quality-metric", default=None,
-                   help="metric on the quality-vs-cost plot (default: the first)")
+    c.add_argument("--metric", "--quality-metric", dest="metric", default=None,
+                   help="quality axis of the quality-vs-cost plot, listed first in the forest "
+                        "plot (default: the data set's main metric, DR on ASQA, F1 on "
+                        "short-answer sets)")
+    c.add_argument("--cost", default="calls", metavar="{calls,tokens,seconds}",
+                   help="cost axis: LM calls, computed tokens (prompt tokens not served from "
+                        "the prompt cache + generated tokens) or wall seconds per question "
+                        "(default: calls)")
     c.set_defaults(fn=cmd_compare)

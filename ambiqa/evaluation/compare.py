@@ -8,7 +8,11 @@ scored by different readers unless the caller allows it. A failed question score
 side; DR is recomputed from the set means in every resample (:mod:`ambiqa.evaluation.stats`).
 
 ``compare_runs`` returns a plain dict (also written as ``comparison.json``);
-``write_comparison`` renders it as ``compare.md`` plus ``quality_vs_cost.png``.
+``write_comparison`` renders it as ``compare.md`` and one self-contained ``compare.html``
+(:mod:`ambiqa.evaluation.html`), with two plots drawn from the same entries as the tables:
+``forest.png``, the paired differences as a forest plot (the evidence a decision rests on),
+and ``quality_vs_cost.png``, the data set's main metric (DR on ASQA, F1 on short-answer sets)
+against LM calls, computed tokens or seconds per question.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.report import COST_KEYS, Run, load_run
+from ambiqa.evaluation.report import COST_KEYS, Run, cost_stats, load_run, main_metric
 from ambiqa.evaluation.runner import PER_ROW_ONLY, summarize, write_error
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
@@ -32,8 +36,18 @@ def _scores(run: Run, metric: str) -> dict[str, float]:
     return dict(zip(ids, values, strict=True))
 
 
+#: ``--cost`` axes: name -> (cost key, axis label)
+COST_AXES: dict[str, tuple[str, str]] = {
+    "calls": ("lm_calls", "LM calls per question"),
+    "tokens": ("tokens", "computed tokens per question"),
+    "seconds": ("wall_s", "seconds per question (wall, as run)"),
+}
+
+
 def _labels(runs: list[Run]) -> list[str]:
-    labels = [r.label for r in runs]
+    """Run names for tables and plots: the program, or a compiled artifact's file name
+    without ``.json``; the same name twice is told apart by its directory."""
+    labels = [r.label[:-5] if r.label.endswith(".json") else r.label for r in runs]
     if len(set(labels)) < len(labels):  # same program twice: tell them apart by directory
         labels = [f"{r.label} ({r.path.name})" if labels.count(r.label) > 1 else r.label
                   for r in runs]
@@ -104,10 +118,13 @@ def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = No
                                                            and out_readers_differ)}
     for run, label in zip(runs, labels, strict=True):
         s = summarize(run.rows, names)
+        costs = cost_stats(run.rows)
         out["runs"].append({"label": label, "path": str(run.path), "data": run.spec.data,
                             "lm": run.spec.lm, "reader": run.spec.reader,
                             "index": run.spec.index, "n": s["n"], "n_errors": s["n_errors"],
-                            "metrics": s["metrics"], "cost": s["cost"]})
+                            "metrics": s["metrics"],
+                            "cost": {k: v["mean"] for k, v in costs.items()},
+                            "cost_stats": costs, "setup": setup_of(run)})
     base = runs[baseline]
     for run, label in zip(runs, labels, strict=True):
         if run is base:
@@ -136,6 +153,19 @@ def _consistency(runs: list[Run], labels: list[str]) -> dict[str, Any] | None:
     return {"n": len(shared), "rwr": rwr, "mrwr": m.mrwr(rwr), "mrlr": m.mrlr(rwr)}
 
 
+def setup_of(run: Run) -> dict[str, Any]:
+    """What a run was, from its ``run.json``: program (an artifact by file name), data, LM,
+    reader, index and its fingerprint, artifact hash, judge and program config."""
+    spec = run.spec
+    program = spec.program
+    if program.endswith(".json"):
+        program = Path(program).name
+    return {"program": program, "data": spec.data, "lm": spec.lm, "reader": spec.reader,
+            "index": spec.index, "index_fingerprint": spec.index_fingerprint,
+            "artifact_sha256": spec.artifact_sha256, "judge": spec.judge,
+            "program_config": spec.program_config}
+
+
 def _failed_ids(run: Run) -> set[str]:
     return {str(r["id"]) for r in run.rows if r.get("error")}
 
@@ -146,100 +176,223 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def render_comparison(result: dict[str, Any], plot: str | None) -> str:
+def _signed(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:+.3f}"
+
+
+def pick_metric(result: dict[str, Any], metric: str | None) -> str:
+    """The quality axis: ``metric`` when given (it must be one the runs were compared on),
+    else the data set's main metric (DR on ASQA, F1 on short-answer sets)."""
+    from ambiqa.evaluation.registry import canonical_name
+
+    names = list(result["metrics"])
+    if metric:
+        key = canonical_name(metric)
+        if key not in names:
+            raise ConfigError(f"--metric {metric!r} is not among the compared metrics "
+                              f"({', '.join(names)})", hint="pick one of them, or pass it "
+                                                            "in --metrics too")
+        return key
+    return main_metric(names) or names[0]
+
+
+def quality_points(result: dict[str, Any], metric: str, cost: str) -> list[dict[str, Any]]:
+    """One point per run for the quality-vs-cost plot: y and its interval from the
+    side-by-side table's cells, x from its cost column, and the paired difference from the
+    reference on ``metric`` (from the paired table) for the marker."""
+    key = COST_AXES[cost][0]
+    paired = {p["run"]: p for p in result["paired"] if p["metric"] == metric}
+    points = []
+    several_n = len({r["n"] for r in result["runs"]}) > 1
+    for r in result["runs"]:
+        m = r["metrics"][metric]
+        point = {"label": r["label"], "x": float(r["cost"].get(key, math.nan)),
+                 "y": m["mean"], "lo": m["ci95"][0], "hi": m["ci95"][1],
+                 "text": f"{r['label']} (n={r['n']})" if several_n else r["label"]}
+        p = paired.get(r["label"])
+        if p is not None:
+            point.update(diff=p["diff"], excludes_zero=p["excludes_zero"])
+        points.append(point)
+    return points
+
+
+def forest_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The forest plot's rows, straight from the paired-differences table's entries."""
+    return [{"run": p["run"], "metric": p["metric"], "diff": p["diff"],
+             "lo": p["ci95"][0], "hi": p["ci95"][1], "n": p["n_shared"],
+             "excludes_zero": p["excludes_zero"]} for p in result["paired"]]
+
+
+def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None,
+                     *, metric: str | None = None, cost: str = "calls") -> Any:
+    """The comparison as a :class:`ambiqa.evaluation.html.Document` (``compare.md`` and
+    ``compare.html`` are its two renderings)."""
+    from ambiqa.evaluation.html import Bold, Bullets, Code, Document, Heading, Image, Para, Table
     from ambiqa.evaluation.stats import fmt_interval
 
+    plots = plots or {}
     names = result["metrics"]
-    lines = [f"# Comparison on {result['dataset']}", "",
-             "## Side by side (each run on all its examples)", "",
-             "| run | n | failed | " + " | ".join(names) + " | "
-             + " | ".join(f"{n} excl. failed" for n in names) + " | "
-             + " | ".join(COST_KEYS.values()) + " |",
-             "|---|---:|---:|" + "---|" * len(names) + "---:|" * len(names)
-             + "---:|" * len(COST_KEYS)]
+    doc = Document(f"Comparison on {result['dataset']}")
+    cost_keys = list(COST_KEYS)
+    headers = (["run", "n", "failed"] + list(names) + [f"{n} excl. failed" for n in names]
+               + [COST_KEYS[k] for k in cost_keys])
+    rows = []
     for r in result["runs"]:
-        cells = [f"{_fmt(r['metrics'][n]['mean'])} {fmt_interval(*r['metrics'][n]['ci95'])}"
-                 for n in names]
-        excl = [_fmt(r["metrics"][n].get("mean_excl_failed")) for n in names]
-        costs = [_fmt(float(r["cost"].get(k, 0.0)), 2 if k.endswith("_s") else 1)
-                 for k in COST_KEYS]
-        lines.append(f"| {r['label']} | {r['n']} | {r['n_errors']} | " + " | ".join(cells)
-                     + " | " + " | ".join(excl) + " | " + " | ".join(costs) + " |")
-    lines += ["", "Metric cells: value over all n questions, a failed question scoring 0, "
-              "with its 95% BCa bootstrap interval [low, high] (questions resampled); "
-              "DR = sqrt(mean D-F1 × mean ROUGE-L) over the set, as the ASQA scorer "
-              "defines it. \"excl. failed\": the same value over the questions that did "
-              "not fail. Cost columns: means per question.",
-              "", f"## Paired differences against {result['baseline']}", "",
-              "On the questions both runs hold, a failed question scoring 0 on its side. "
-              "Δ = run − baseline; interval: paired BCa bootstrap over those questions "
-              "(DR recomputed from the resampled set means); * = the interval excludes 0.", "",
-              "| run | metric | n shared | failed (baseline / run) | baseline | run | Δ | "
-              "95% CI |", "|---|---|---:|---|---:|---:|---:|---|"]
-    for p in result["paired"]:
-        star = " *" if p["excludes_zero"] else ""
-        failed = p.get("failed") or {}
-        lines.append(f"| {p['run']} | {p['metric']} | {p['n_shared']} | "
-                     f"{failed.get('baseline', 0)} / {failed.get('run', 0)} | "
-                     f"{_fmt(p['baseline_mean'])} | {_fmt(p['run_mean'])} | "
-                     f"{_fmt(p['diff'])}{star} | {fmt_interval(*p['ci95'])} |")
+        rows.append([r["label"], str(r["n"]), str(r["n_errors"])]
+                    + [f"{_fmt(r['metrics'][n]['mean'])} {fmt_interval(*r['metrics'][n]['ci95'])}"
+                       for n in names]
+                    + [_fmt(r["metrics"][n].get("mean_excl_failed")) for n in names]
+                    + [_fmt(float(r["cost"].get(k, 0.0)), 2 if k.endswith("_s") else 1)
+                       for k in cost_keys])
+    doc.add(Heading(2, "Side by side (each run on all its examples)"),
+            Table(headers, rows, "lrr" + "l" * len(names) + "r" * (len(names) + len(cost_keys))),
+            Para("Metric cells: value over all n questions, a failed question scoring 0, "
+                 "with its 95% BCa bootstrap interval [low, high] (questions resampled); "
+                 "DR = sqrt(mean D-F1 × mean ROUGE-L) over the set, as the ASQA scorer "
+                 "defines it. \"excl. failed\": the same value over the questions that did "
+                 "not fail. Cost columns: means per question; computed prompt tokens are the "
+                 "prompt tokens the LM computed, not served from its prompt cache."))
+
+    base = result["baseline"]
+    doc.add(Heading(2, f"Paired differences against {base}"),
+            Para("On the questions both runs hold, a failed question scoring 0 on its side. "
+                 "Δ = run − baseline; interval: paired BCa bootstrap over those questions "
+                 "(DR recomputed from the resampled set means); * = the interval excludes 0."),
+            Table(["run", "metric", "n shared", "failed (baseline / run)", "baseline", "run",
+                   "Δ", "95% CI"],
+                  [[p["run"], p["metric"], str(p["n_shared"]),
+                    f"{(p.get('failed') or {}).get('baseline', 0)} / "
+                    f"{(p.get('failed') or {}).get('run', 0)}",
+                    _fmt(p["baseline_mean"]), _fmt(p["run_mean"]),
+                    f"{_fmt(p['diff'])}{' *' if p['excludes_zero'] else ''}",
+                    fmt_interval(*p["ci95"])] for p in result["paired"]], "llrlrrrl"))
+    if "forest" in plots:
+        doc.add(Image(f"paired differences against {base}", plots["forest"]),
+                Para(f"Forest plot of the table above: one row per program and metric, Δ "
+                     f"against the reference {base} (dot) with its 95% paired interval (bar) "
+                     "and the zero line. Solid green / red: the interval excludes 0 (above / "
+                     "below the reference); hollow grey: it reaches 0. The numbers beside each "
+                     "row are the table's; n = questions both runs hold.", css="note"))
+
+    if "quality vs cost" in plots:
+        axis_label = COST_AXES[cost][1]
+        doc.add(Heading(2, f"{metric} against cost"),
+                Image(f"{metric} vs {axis_label}", plots["quality vs cost"]),
+                Para(f"Each run at its {metric} (the side-by-side value, with the run's own 95% "
+                     f"interval as a faint bar) and its {axis_label} (the matching cost column "
+                     f"above{'; computed tokens = computed prompt + output tokens' if cost == 'tokens' else ''}). "  # noqa: E501
+                     f"The marker shows the paired difference from {base} (star, dotted "
+                     "level): solid green / red when the paired interval excludes 0, hollow "
+                     "when it reaches 0 — the runs' own intervals overlap far more than the "
+                     "paired ones, so read significance from the marker, not the bars. "
+                     "Upper left is better.", css="note"))
+
     cons = result.get("consistency")
     if cons:
-        lines += ["", "## Consistency between runs (EoR eq. 1-3, EM = 1 counts as right)", "",
-                  f"{cons['n']} questions every run answered.", "",
-                  "| run | MRWR | MRLR |", "|---|---:|---:|"]
-        for label in cons["rwr"]:
-            lines.append(f"| {label} | {_fmt(cons['mrwr'][label])} | "
-                         f"{_fmt(cons['mrlr'][label])} |")
-    readers = {r["reader"] for r in result["runs"] if r.get("reader")}
-    lms = {r["lm"] for r in result["runs"] if r.get("lm")}
-    lines += ["", "## Setup", ""]
-    lines += [f"- LM: {', '.join(f'`{x}`' for x in sorted(lms)) or 'not recorded'}"]
-    if readers:
-        lines.append(f"- D-F1 reader: {', '.join(f'`{x}`' for x in sorted(readers))}")
-    if result.get("reader_mismatch_allowed"):
-        lines.append("- **Paired despite different D-F1 readers (--allow-reader-mismatch): "
-                     "D-F1 and DR differences mix the method with the reader.**")
-    if len(lms) > 1 or len(readers) > 1:
-        lines.append("- **The runs used different LMs or readers: differences mix the "
-                     "method with the model.**")
+        doc.add(Heading(2, "Consistency between runs (EoR eq. 1-3, EM = 1 counts as right)"),
+                Para(f"{cons['n']} questions every run answered."),
+                Table(["run", "MRWR", "MRLR"],
+                      [[label, _fmt(cons["mrwr"][label]), _fmt(cons["mrlr"][label])]
+                       for label in cons["rwr"]], "lrr"))
+
+    doc.add(Heading(2, "Setup"))
+    setup_rows = []
     for r in result["runs"]:
-        lines.append(f"- {r['label']}: `{r['path']}` ({r['data']})")
-    if plot:
-        lines += ["", f"![quality vs cost]({plot})"]
-    return "\n".join(lines) + "\n"
+        s = r.get("setup") or {}
+        setup_rows.append([r["label"], Code(str(s.get("program") or r.get("label"))),
+                           Code(str(r.get("data") or "–")), str(r["n"]),
+                           _code_or(s.get("lm") or r.get("lm"), "not recorded"),
+                           _code_or(s.get("reader") or r.get("reader"), "–"),
+                           _code_or(s.get("index") or r.get("index"), "–"),
+                           _code_or(s.get("index_fingerprint"), "–"),
+                           _code_or((s.get("artifact_sha256") or "")[:12], "–"),
+                           Code(r["path"])])
+    doc.add(Table(["run", "program", "data", "n", "LM", "D-F1 reader", "index",
+                   "index fingerprint", "artifact sha256", "run directory"], setup_rows,
+                  "lllrllllll"))
+    notes: list[Any] = []
+    unrecorded = [r["label"] for r in result["runs"]
+                  if not ((r.get("setup") or {}).get("lm") or r.get("lm"))]
+    if unrecorded:
+        notes.append(f"LM not recorded in run.json for {', '.join(unrecorded)} (runs started "
+                     "without --lm, before ambiqa recorded the default it used)")
+    if result.get("reader_mismatch_allowed"):
+        notes.append(Bold("Paired despite different D-F1 readers (--allow-reader-mismatch): "
+                          "D-F1 and DR differences mix the method with the reader."))
+    for what, key in (("LMs", "lm"), ("D-F1 readers", "reader"), ("indexes", "index")):
+        values = {str((r.get("setup") or {}).get(key) or r.get(key)) for r in result["runs"]
+                  if (r.get("setup") or {}).get(key) or r.get(key)}
+        if len(values) > 1:
+            notes.append(Bold(f"The runs used different {what} ({', '.join(sorted(values))}): "
+                              "differences mix the method with the setting."))
+    if notes:
+        doc.add(Bullets(notes))
+    return doc
+
+
+def _code_or(value: Any, missing: str) -> Any:
+    from ambiqa.evaluation.html import Code
+
+    return Code(str(value)) if value else missing
+
+
+def render_comparison(result: dict[str, Any], plot: str | None) -> str:
+    """``compare.md`` with at most the quality-vs-cost plot (kept for callers of the old
+    API; :func:`write_comparison` renders every plot)."""
+    plots = {"quality vs cost": plot} if plot else {}
+    return build_comparison(result, plots, metric=pick_metric(result, None)).markdown()
 
 
 def write_comparison(result: dict[str, Any], out_dir: str | Path,
-                     quality_metric: str | None = None) -> Path:
-    """Write ``compare.md``, ``comparison.json`` and ``quality_vs_cost.png`` into ``out_dir``."""
+                     quality_metric: str | None = None, *, cost: str = "calls") -> Path:
+    """Write ``compare.md``, ``compare.html``, ``comparison.json``, ``forest.png`` and
+    ``quality_vs_cost.png`` into ``out_dir``.
+
+    ``quality_metric``: the quality axis (default: the data set's main metric); ``cost``:
+    the cost axis, one of :data:`COST_AXES` (``calls``, ``tokens``, ``seconds``).
+    """
     from ambiqa.evaluation.report import json_safe
 
+    if cost not in COST_AXES:
+        raise ConfigError(f"--cost {cost!r} is not a cost axis",
+                          hint=f"use one of: {', '.join(COST_AXES)}")
+    metric = pick_metric(result, quality_metric)
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create output directory {out_dir}: "
                           f"{exc.strerror or exc}") from exc
-    metric = quality_metric or result["metrics"][0]
-    plot_rel: str | None = None
+    rendered: dict[str, str] = {}
     try:
         from ambiqa.evaluation import plots
 
-        points = [{"label": r["label"], "x": float(r["cost"].get("lm_calls", 0.0)),
-                   "y": r["metrics"][metric]["mean"], "lo": r["metrics"][metric]["ci95"][0],
-                   "hi": r["metrics"][metric]["ci95"][1]} for r in result["runs"]]
-        plots.quality_vs_cost(points, out_dir / "quality_vs_cost.png",
-                              xlabel="LM calls per question", ylabel=metric,
-                              title=f"{metric} vs cost on {result['dataset']}")
-        plot_rel = "quality_vs_cost.png"
+        if result["paired"]:
+            order = [metric] + [n for n in result["metrics"] if n != metric]
+            plots.forest(forest_rows(result), out_dir / "forest.png",
+                         reference=result["baseline"], metrics=order,
+                         title=f"Paired differences on {result['dataset']} against "
+                               f"{result['baseline']} (reference): Δ with 95% paired "
+                               "bootstrap interval")
+            rendered["forest"] = "forest.png"
+        axis_key, axis_label = COST_AXES[cost]
+        plots.quality_vs_cost(quality_points(result, metric, cost),
+                              out_dir / "quality_vs_cost.png", xlabel=axis_label,
+                              ylabel=f"{metric} (95% interval of each run)",
+                              title=f"{metric} vs {axis_label} on {result['dataset']}",
+                              reference=result["baseline"])
+        rendered["quality vs cost"] = "quality_vs_cost.png"
     except OSError as exc:
-        raise write_error(out_dir / "quality_vs_cost.png", exc) from exc
-    except Exception:  # no matplotlib: the tables still render
-        plot_rel = None
+        raise write_error(out_dir, exc) from exc
+    except ImportError:  # no matplotlib: the tables still render
+        pass
+    doc = build_comparison(result, rendered, metric=metric, cost=cost)
     try:
         atomic_write_json(out_dir / "comparison.json", json_safe(result))
-        atomic_write_text(out_dir / "compare.md", render_comparison(result, plot_rel))
+        atomic_write_text(out_dir / "compare.md", doc.markdown())
+        atomic_write_text(out_dir / "compare.html", doc.html(out_dir))
     except OSError as exc:
         raise write_error(out_dir, exc) from exc
     return out_dir / "compare.md"

@@ -4,6 +4,12 @@ Figures are built on :class:`matplotlib.figure.Figure` directly, never through `
 pyplot keeps global state and picks a GUI backend, which a library must not do behind its
 caller's back (and which fails on a headless machine). Saving renders with the Agg canvas.
 Every file is written atomically, so a report never links a half-written image.
+
+A plot draws numbers it is given, never numbers it computes: the report and comparison
+compute each value, interval and mean once and hand the same dicts to the table and to the
+plot. The artists that carry those numbers get a ``gid`` (``value:dr``, ``ci:dr``,
+``diff:RUN|METRIC``, ``point:RUN`` ...) so a test can read back what was drawn and compare
+it with the table beside it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,16 @@ from typing import Any
 
 from ambiqa.fsutil import atomic_write
 
+try:  # matplotlib is a dependency; a broken install makes the report note it, not fail
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+except ImportError:  # pragma: no cover
+    Line2D = Patch = MaxNLocator = None  # type: ignore[assignment,misc]
+
+#: colours: neutral data, a set-level value, its interval, failures, a reference
+BLUE, RED, BAND, GREY, GREEN = "#4C72B0", "#C44E52", "#F2B8B8", "#9AA3AD", "#2E8B57"
+
 
 def _figure(width: float, height: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,9 +41,10 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path, *, layout: bool = True) -> Path:
     path = Path(path)
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     atomic_write(path, lambda fh: fig.savefig(fh, format="png"), mode="wb")
     return path
 
@@ -41,62 +58,283 @@ def _log_x(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def metric_distributions(values: Mapping[str, Sequence[float]], path: Path,
-                         title: str = "") -> Path:
-    """One histogram per metric, with the mean marked: where a run's scores pile up (a
-    mean of 0.3 from many zeros and a few ones reads differently from 0.3 everywhere)."""
-    names = [n for n, v in values.items() if v]
-    cols = min(3, max(1, len(names)))
-    rows = max(1, math.ceil(len(names) / cols))
-    fig = _figure(3.6 * cols, 2.8 * rows)
+def _finite(*xs: Any) -> bool:
+    try:
+        return all(x is not None and not math.isnan(float(x)) for x in xs)
+    except (TypeError, ValueError):
+        return False
+
+
+def _grid(n: int, cols: int) -> tuple[int, int]:
+    cols = min(cols, max(1, n))
+    return max(1, math.ceil(n / cols)), cols
+
+
+# ------------------------------------------------------------------ run report
+
+
+def headline_distributions(panels: Sequence[Mapping[str, Any]], path: Path,
+                           title: str = "") -> Path:
+    """One panel per headline metric: the per-question distribution with the set-level value
+    (solid line) and its 95% interval (shaded) marked on it.
+
+    Each panel: ``name``, ``value``, ``lo``, ``hi`` (the table's headline and interval),
+    ``scores`` (per-question values of the quantity histogrammed, over the questions that
+    did not fail), ``failed`` (how many failed: drawn at 0, as they score), ``quantity``
+    (what is histogrammed, e.g. ``dr_q = sqrt(D-F1 x ROUGE-L) per question``) and, where
+    the set-level value is not the mean of that quantity (DR), ``quantity_mean`` (drawn
+    dotted, so the difference is seen).
+    """
+    names = [p for p in panels if p.get("scores") or p.get("failed")]
+    rows, cols = _grid(len(names), 3)
+    fig = _figure(4.2 * cols, 3.3 * rows)
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.flat[len(names):]:
         ax.set_visible(False)
-    for ax, name in zip(axes.flat, names, strict=False):
-        vals = [float(v) for v in values[name] if not math.isnan(float(v))]
-        unit = all(0.0 <= v <= 1.0 for v in vals)
-        ax.hist(vals, bins=10 if unit else 15, range=(0.0, 1.0) if unit else None,
-                color="#4C72B0", edgecolor="white")
-        mean = sum(vals) / len(vals) if vals else float("nan")
-        ax.axvline(mean, color="#C44E52", linestyle="--", linewidth=1.2)
-        ax.set_title(f"{name} (mean {mean:.3f}, n={len(vals)})", fontsize=9)
-        ax.set_ylabel("examples", fontsize=8)
+    for ax, p in zip(axes.flat, names, strict=False):
+        ok = [float(v) for v in p["scores"]]
+        failed = int(p.get("failed", 0) or 0)
+        bad = [0.0] * failed
+        unit = all(0.0 <= v <= 1.0 for v in ok)
+        ax.hist([ok, bad] if failed else [ok], bins=20 if unit else 15,
+                range=(0.0, 1.0) if unit else None, stacked=True,
+                color=[BLUE, GREY] if failed else [BLUE], edgecolor="white",
+                )
+        value, lo, hi = p.get("value"), p.get("lo"), p.get("hi")
+        if _finite(lo, hi):
+            ax.axvspan(float(lo), float(hi), color=BAND, alpha=0.55, zorder=0,
+                       gid=f"ci:{p['name']}")
+        if _finite(value):
+            ax.axvline(float(value), color=RED, linewidth=2.0, gid=f"value:{p['name']}")
+        qmean = p.get("quantity_mean")
+        if _finite(qmean):
+            ax.axvline(float(qmean), color="black", linestyle=":", linewidth=1.4,
+                       gid=f"quantity_mean:{p['name']}")
+        interval = f" [{float(lo):.3f}, {float(hi):.3f}]" if _finite(lo, hi) else ""
+        vtext = f"{float(value):.3f}" if _finite(value) else "–"
+        ax.set_title(f"{p['name']} = {vtext}{interval}", fontsize=10)
+        ax.set_xlabel(str(p.get("quantity") or f"{p['name']} per question"), fontsize=8)
+        ax.set_ylabel("questions", fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=8)
+        if _finite(qmean):
+            ax.annotate(f"mean of {p.get('quantity_name', 'per-question')} "
+                        f"{float(qmean):.3f}", xy=(float(qmean), 1.0),
+                        xycoords=("data", "axes fraction"), xytext=(3, -10),
+                        textcoords="offset points", fontsize=7.5, ha="left")
+    handles = [Patch(color=BLUE, label="questions (histogram)"),
+               Patch(color=BAND, alpha=0.55, label="95% interval (bootstrap)"),
+               Line2D([], [], color=RED, linewidth=2, label="set-level value (the table's)")]
+    if any(p.get("failed") for p in names):
+        handles.append(Patch(color=GREY, label="failed questions (scored 0)"))
+    if any(_finite(p.get("quantity_mean")) for p in names):
+        handles.append(Line2D([], [], color="black", linestyle=":",
+                              label="mean of the per-question quantity"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
+               frameon=False)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.05 if rows > 1 else 0.09, 1, 1))
+    return _save(fig, path, layout=False)
+
+
+def cost_distributions(panels: Sequence[Mapping[str, Any]], path: Path,
+                       title: str = "") -> Path:
+    """Per-question cost and latency: one histogram per quantity with its mean (solid) and
+    median (dashed) marked. Each panel: ``key``, ``label``, ``values``, ``mean``,
+    ``median``, ``p90``."""
+    use = [p for p in panels if p.get("values")]
+    rows, cols = _grid(len(use), 3)
+    fig = _figure(4.2 * cols, 3.0 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.flat[len(use):]:
+        ax.set_visible(False)
+    for ax, p in zip(axes.flat, use, strict=False):
+        vals = [float(v) for v in p["values"]]
+        distinct = sorted(set(vals))
+        if len(distinct) <= 12 and all(v == int(v) for v in distinct):  # counts: one bar each
+            lo, hi = min(distinct), max(distinct)
+            ax.hist(vals, bins=[x - 0.5 for x in range(int(lo), int(hi) + 2)], color=BLUE,
+                    edgecolor="white", rwidth=0.8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        else:
+            ax.hist(vals, bins=15, color=BLUE, edgecolor="white")
+        if _finite(p.get("mean")):
+            ax.axvline(float(p["mean"]), color=RED, linewidth=2.0, gid=f"mean:{p['key']}",
+                       label=f"mean {p.get('mean_text') or _num(p['mean'])}")
+        if _finite(p.get("median")):
+            ax.axvline(float(p["median"]), color="black", linestyle="--", linewidth=1.2,
+                       gid=f"median:{p['key']}",
+                       label=f"median {p.get('median_text') or _num(p['median'])}")
+        ax.set_title(f"{p['label']} per question", fontsize=10)
+        ax.set_xlabel(str(p.get("unit") or p["label"]), fontsize=8)
+        ax.set_ylabel("questions", fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=7, loc="upper right", framealpha=0.85)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return _save(fig, path)
+
+
+def _num(x: Any) -> str:
+    x = float(x)
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+# ------------------------------------------------------------------ comparisons
+
+
+def forest(rows: Sequence[Mapping[str, Any]], path: Path, *, reference: str,
+           metrics: Sequence[str], title: str = "") -> Path:
+    """Paired differences as a forest plot: one panel per metric, one row per program,
+    the difference (dot) with its 95% paired interval (bar), a zero line, and the numbers
+    written beside each row. A row whose interval excludes 0 is drawn solid (green above
+    the reference, red below); one whose interval reaches 0 is hollow and grey.
+
+    Each row: ``run``, ``metric``, ``diff``, ``lo``, ``hi``, ``n``, ``excludes_zero``.
+    """
+    metrics = [m for m in metrics if any(r["metric"] == m for r in rows)]
+    runs: list[str] = []
+    for r in rows:
+        if r["run"] not in runs:
+            runs.append(r["run"])
+    n_panels = max(1, len(metrics))
+    prows, pcols = _grid(n_panels, 2 if n_panels > 2 else n_panels)
+    label_w = max(len(x) for x in runs) if runs else 8
+    fig = _figure(pcols * (4.6 + 0.055 * label_w), prows * (0.36 * len(runs) + 1.35) + 0.5)
+    axes = fig.subplots(prows, pcols, squeeze=False)
+    for ax in axes.flat[n_panels:]:
+        ax.set_visible(False)
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        mine = {r["run"]: r for r in rows if r["metric"] == metric}
+        spans = [float(v) for r in mine.values() for v in (r.get("lo"), r.get("hi"),
+                                                          r.get("diff")) if _finite(v)]
+        reach = max([abs(v) for v in spans] + [0.01])
+        for y, run in enumerate(runs):
+            r = mine.get(run)
+            if r is None or not _finite(r.get("diff")):
+                continue
+            d = float(r["diff"])
+            sig = bool(r.get("excludes_zero"))
+            color = (GREEN if d > 0 else RED) if sig else GREY
+            if _finite(r.get("lo"), r.get("hi")):
+                ax.plot([float(r["lo"]), float(r["hi"])], [y, y], color=color, linewidth=2.2,
+                        solid_capstyle="butt", gid=f"ci:{run}|{metric}")
+            ax.plot([d], [y], "o", markersize=7, color=color,
+                    markerfacecolor=color if sig else "white", markeredgewidth=1.6,
+                    gid=f"diff:{run}|{metric}", zorder=3)
+            interval = (f" [{float(r['lo']):+.3f}, {float(r['hi']):+.3f}]"
+                        if _finite(r.get("lo"), r.get("hi")) else " [–]")
+            ax.annotate(f"{d:+.3f}{interval}  n={r.get('n', '?')}", xy=(1.0, y),
+                        xycoords=("axes fraction", "data"), xytext=(6, 0),
+                        textcoords="offset points", va="center", fontsize=7.5,
+                        color="black" if sig else "#57606a")
+        ax.axvline(0.0, color="black", linewidth=1.0, gid=f"zero:{metric}")
+        ax.set_xlim(-1.12 * reach, 1.12 * reach)
+        ax.set_ylim(len(runs) - 0.5, -0.5)
+        ax.set_yticks(range(len(runs)), runs, fontsize=8.5)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_title(f"Δ {metric}", fontsize=10, loc="left")
+        ax.set_xlabel(f"{metric}: program − {reference}", fontsize=8)
+    fig.suptitle(title or f"Paired differences against {reference} (reference; Δ with 95% "
+                          "paired bootstrap interval)", fontsize=10.5)
     return _save(fig, path)
 
 
 def quality_vs_cost(points: Sequence[Mapping[str, Any]], path: Path, *, xlabel: str,
-                    ylabel: str, title: str = "", log_x: bool = True) -> Path:
-    """Each point a run: ``{"label", "x", "y", "lo", "hi"}`` (lo/hi: the 95% CI of y).
+                    ylabel: str, title: str = "", log_x: bool = True,
+                    reference: str | None = None, note: str = "") -> Path:
+    """Each point a run: ``{"label", "x", "y", "lo", "hi"}`` (lo/hi: the run's own 95%
+    interval of y), optionally ``text`` (what to write beside it, default the label),
+    ``excludes_zero`` / ``diff`` (its paired difference from the
+    reference on the same metric, which the marker shows: solid green above, solid red
+    below, hollow when the paired interval reaches 0).
 
-    The layout of Diva's Fig. 1: cost on x (log scale: methods differ by orders of
-    magnitude), quality on y, so the upper left is better.
+    The layout of Diva's Fig. 1: cost on x (log scale when runs differ tenfold), quality on
+    y, so the upper left is better. The reference is a star with a dotted level line.
     """
-    fig = _figure(6.4, 4.4)
+    fig = _figure(7.2, 4.8)
     ax = fig.subplots()
+    drawn: list[float] = []
+    labels: list[tuple[str, float, float]] = []
     for i, p in enumerate(points):
-        x, y = float(p["x"]), float(p["y"])
-        if math.isnan(x) or math.isnan(y):
+        if not _finite(p.get("x"), p.get("y")):
             continue
-        lo, hi = p.get("lo"), p.get("hi")
-        yerr = None
-        if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
-            yerr = [[max(0.0, y - lo)], [max(0.0, hi - y)]]
-        ax.errorbar([x], [y], yerr=yerr, fmt="o", capsize=3, color=f"C{i % 10}",
-                    label=str(p["label"]))
-        ax.annotate(str(p["label"]), (x, y), textcoords="offset points", xytext=(5, 5),
-                    fontsize=8)
-    xs = [float(p["x"]) for p in points if float(p["x"]) > 0]
+        x, y = float(p["x"]), float(p["y"])
+        drawn.append(x)
+        label = str(p["label"])
+        is_ref = reference is not None and label == reference
+        if "excludes_zero" in p or is_ref:
+            sig = bool(p.get("excludes_zero"))
+            color = "black" if is_ref else ((GREEN if float(p.get("diff") or 0) > 0 else RED)
+                                            if sig else GREY)
+            face = color if (sig or is_ref) else "white"
+        else:
+            color = face = f"C{i % 10}"
+        if _finite(p.get("lo"), p.get("hi")):
+            ax.plot([x, x], [float(p["lo"]), float(p["hi"])], color=color, alpha=0.55,
+                    linewidth=1.6, gid=f"ci:{label}")
+        ax.plot([x], [y], "*" if is_ref else "o", markersize=13 if is_ref else 8, color=color,
+                markerfacecolor=face, markeredgewidth=1.5, gid=f"point:{label}", zorder=3)
+        if is_ref:
+            ax.axhline(y, color="black", linestyle=":", linewidth=0.9, alpha=0.7)
+        labels.append((str(p.get("text") or label), x, y))
+    xs = [x for x in drawn if x > 0]
     if log_x and xs and max(xs) / min(xs) > 10:
         _log_x(ax)
+    _place_labels(ax, labels)
+    if any("excludes_zero" in p for p in points):
+        handles = [Line2D([], [], marker="o", linestyle="", color=GREEN, markersize=7,
+                          label="paired Δ > 0 (interval excludes 0)"),
+                   Line2D([], [], marker="o", linestyle="", color=RED, markersize=7,
+                          label="paired Δ < 0 (interval excludes 0)"),
+                   Line2D([], [], marker="o", linestyle="", color=GREY, markersize=7,
+                          markerfacecolor="white", label="paired interval reaches 0")]
+        if reference is not None:
+            handles.insert(0, Line2D([], [], marker="*", linestyle="", color="black",
+                                     markersize=10, label=f"reference ({reference})"))
+        ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, color="#57606a", ha="left", va="bottom",
+                 wrap=True)
+        fig.tight_layout(rect=(0, 0.07, 1, 1))
     return _save(fig, path)
+
+
+def _place_labels(ax: Any, labels: Sequence[tuple[str, float, float]],
+                  fontsize: float = 8) -> None:
+    """Label points without labels overlapping: each label starts right of its point and
+    steps down (then up) in display space until its box is clear of the ones placed; a
+    moved label gets a thin leader line to its point."""
+    ax.autoscale_view()
+    fig = ax.figure
+    px = fig.dpi / 72.0
+    h = (fontsize + 3) * px
+    boxes: list[tuple[float, float, float, float]] = []
+    for text, x, y in sorted(labels, key=lambda t: -t[2]):
+        dx, dy = ax.transData.transform((x, y))
+        w = (0.62 * fontsize * len(text) + 4) * px
+        x0 = dx + 6 * px
+        chosen = 4.0
+        for off in [4.0] + [4.0 + 11.0 * k * sgn for k in range(1, 12) for sgn in (-1, 1)]:
+            y0 = dy + off * px - h / 2
+            box = (x0, y0, x0 + w, y0 + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                       for b in boxes):
+                chosen = off
+                boxes.append(box)
+                break
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(6, chosen),
+                    fontsize=fontsize, va="center",
+                    arrowprops=({"arrowstyle": "-", "color": "#9AA3AD", "linewidth": 0.6}
+                                if abs(chosen - 4.0) > 1 else None))
 
 
 def quality_vs_cost_panels(panels: Sequence[Mapping[str, Any]], path: Path,

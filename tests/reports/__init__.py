@@ -1,0 +1,1 @@
+"""Tests of the run report and comparison pages (issue 38)."""
