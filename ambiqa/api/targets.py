@@ -171,8 +171,9 @@ def _artifact(path: Path, doc: dict[str, Any], *, retriever: Any, with_index: bo
     if with_index:
         given = retriever is not None  # a retriever passed on purpose: a mismatch only warns
         if retriever is None:
-            retriever = _recorded_index(read_artifact(path)["manifest"].get("retriever"),
-                                        path, index_root)
+            manifest = read_artifact(path)["manifest"]
+            retriever = _recorded_index(manifest.get("retriever"), path, index_root)
+            _require_index(manifest, retriever, path)
         prog = load_artifact(path, retriever=retriever, strict_fingerprint=strict and not given,
                              knn_encoder=knn_encoder, program_kwargs=program_kwargs)
         m = prog.manifest
@@ -207,6 +208,25 @@ def _recorded_index(info: Any, path: Path, root: str | Path | None) -> Any:
                             f"({kind}), which cannot be opened: {exc.message}",
                             hint=f"build it (ambiqa index CORPUS --name {info['index']} "
                                  f"--kind {kind}) or pass retriever=/--index") from exc
+
+
+def _require_index(manifest: dict[str, Any], retriever: Any, path: Path) -> None:
+    """A program that needs passages, from a file that names no index (artifacts written
+    before indexes were recorded: ``retriever.index: null``): say so at load, not at the first
+    question."""
+    from ambiqa.programs.registry import program_class
+
+    if retriever is not None:
+        return
+    try:
+        needs = getattr(program_class(str(manifest.get("program"))), "needs_retriever", True)
+    except ConfigError:
+        return  # load_artifact names the unknown program
+    if needs:
+        info = manifest.get("retriever") or {}
+        raise ArtifactError(f"{path} records no index to open (retriever: {info.get('kind')}, "
+                            "index null: written before artifacts recorded their index)",
+                            hint="pass one: --index NAME, or ambiqa.load(path, retriever=...)")
 
 
 def check_fingerprint(recorded: Any, retriever: Any, path: Path | str, strict: bool) -> None:

@@ -194,3 +194,17 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["[]", "True"]
+
+
+def test_an_artifact_without_an_index_says_so_at_load(tmp_path, fresh_dspy):
+    from ambiqa.data import load_dataset
+
+    def search(query, k):
+        return [x for _, x in ROWS][:k]
+
+    art = tmp_path / "cb.json"
+    ambiqa.compile(ambiqa.VanillaRAG(retriever=search), load_dataset("demo:train:2"),
+                   optimizer="labeled", k=1, out=art, lm=vanilla_rag_lm())
+    with pytest.raises(ArtifactError, match="records no index"):
+        ambiqa.load(art)
+    assert ambiqa.load(art, retriever=search).retriever.fn is search
