@@ -10,10 +10,13 @@ written by an older ambiqa resume and render with a newer one.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
+import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +42,16 @@ class RunSpec:
     artifact_sha256: str | None = None
     #: the retriever's own fingerprint (its passages and settings), beyond the index name
     index_fingerprint: str | None = None
+    #: the LM's generation settings and endpoint (scheme://host[:port]/path, no credentials):
+    #: each changes answers, so a resume must share them (filled from the configured LM by
+    #: :func:`lm_settings` when the caller leaves them unset)
+    max_tokens: int | None = None
+    temperature: float | None = None
+    endpoint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256", "index_fingerprint")
+    _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256", "index_fingerprint",
+                 "max_tokens", "temperature", "endpoint")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"program": self.program, "data": self.data,
@@ -64,6 +74,8 @@ class RunSpec:
                    program_config=data.get("program_config"), judge=data.get("judge"),
                    artifact_sha256=data.get("artifact_sha256"),
                    index_fingerprint=data.get("index_fingerprint"),
+                   max_tokens=data.get("max_tokens"), temperature=data.get("temperature"),
+                   endpoint=data.get("endpoint"),
                    extra={k: v for k, v in data.items() if k not in known})
 
     @property
@@ -80,22 +92,35 @@ class ResultsFile:
         self._lock = threading.Lock()
 
     def read(self) -> list[dict[str, Any]]:
-        """The rows, one per example id (a later row for the same id replaces the earlier)."""
+        """The rows, one per example id (a later row for the same id replaces the earlier).
+
+        Every row is validated (:func:`check_row`); a bad row anywhere but a torn last line
+        (a kill mid-write: no final newline, that example is simply redone) raises an
+        :class:`ArtifactError` naming its line number, so a report never counts n = 19 of 20
+        without a word."""
         if not self.path.exists():
             return []
         rows: dict[str, dict[str, Any]] = {}
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise ArtifactError(f"cannot read {self.path}: {exc.strerror or exc}") from exc
+        lines = data.split(b"\n")
+        torn = len(lines) - 1 if lines[-1].strip() else None  # no final newline
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = check_row(raw)
+            except ArtifactError as exc:
+                if number - 1 == torn:
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a kill: that example is simply redone
-                if isinstance(row, dict) and "id" in row:
-                    rows.pop(str(row["id"]), None)
-                    rows[str(row["id"])] = row
+                raise ArtifactError(
+                    f"{self.path} line {number}: {exc.message}",
+                    hint=f"repair or delete line {number} (then rerun with --resume to redo "
+                         "that example)") from exc
+            rows.pop(str(row["id"]), None)
+            rows[str(row["id"])] = row
         return list(rows.values())
 
     def repair(self) -> None:
@@ -121,6 +146,178 @@ class ResultsFile:
                 os.fsync(fh.fileno())
         except OSError as exc:
             raise write_error(self.path, exc) from exc
+
+
+#: deepest JSON nesting a results row may have (rows are a few levels deep; a deeper one is
+#: damage or an attack, and would end in a RecursionError deep inside json or a report)
+MAX_ROW_DEPTH = 64
+
+
+def json_depth_ok(raw: bytes | str, limit: int) -> bool:
+    """Whether ``raw`` JSON nests at most ``limit`` deep (counted on the text, before
+    parsing, so a 100,000-deep document never reaches the recursive parser)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    depth, in_str, escape = 0, False, False
+    for ch in text:
+        if in_str:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def check_row(raw: bytes | str) -> dict[str, Any]:
+    """One ``results.jsonl`` line parsed and checked: an object with an ``id``, ``metrics``
+    an object of numbers, ``error`` a string or null, ``cost`` an object. Raises
+    :class:`ArtifactError` with what is wrong (the caller adds the line number)."""
+    if not json_depth_ok(raw, MAX_ROW_DEPTH):
+        raise ArtifactError(f"the row nests deeper than {MAX_ROW_DEPTH} levels")
+    try:
+        row = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"not a JSON row ({str(exc)[:80]})") from exc
+    if not isinstance(row, dict):
+        raise ArtifactError(f"a row must be a JSON object, got {type(row).__name__}")
+    if "id" not in row or not isinstance(row["id"], str | int) or isinstance(row["id"], bool):
+        raise ArtifactError("the row has no string 'id'")
+    metrics = row.get("metrics")
+    if metrics is not None:
+        if not isinstance(metrics, dict):
+            raise ArtifactError(f"'metrics' must be an object of numbers, got "
+                                f"{type(metrics).__name__}")
+        for name, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ArtifactError(f"metric {name!r} must be a number, got {str(value)[:40]!r}")
+    if row.get("error") is not None and not isinstance(row["error"], str):
+        raise ArtifactError("'error' must be a string or null")
+    for key in ("cost", "prediction", "scoring_cost"):
+        if row.get(key) is not None and not isinstance(row[key], dict):
+            raise ArtifactError(f"{key!r} must be an object, got {type(row[key]).__name__}")
+    return row
+
+
+def example_sha(example: Any) -> str:
+    """A short hash of one example's data row (question, gold answers, every field), so a
+    resume can tell that the data file changed under a recorded row."""
+    import hashlib
+
+    try:
+        fields = example.toDict() if hasattr(example, "toDict") else dict(example)
+    except (TypeError, ValueError):
+        fields = {"question": str(getattr(example, "question", example))}
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def lm_settings(lm: Any) -> dict[str, Any]:
+    """``max_tokens``, ``temperature`` and ``endpoint`` (without credentials) of a DSPy LM;
+    keys whose value cannot be read are left out."""
+    from ambiqa.lm.redact import endpoint_host
+
+    out: dict[str, Any] = {}
+    if lm is None:
+        return out
+    kwargs = getattr(lm, "kwargs", None) or {}
+    for key in ("max_tokens", "temperature"):
+        value = kwargs.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = value
+    engine = getattr(lm, "engine", None)
+    inner = getattr(engine, "inner", engine)
+    base = getattr(inner, "api_base", None) if inner is not None else None
+    if base is None:
+        base = kwargs.get("api_base")
+    if isinstance(base, str) and base:
+        out["endpoint"] = endpoint_host(base)
+    return out
+
+
+# ---- one writer per run directory ----------------------------------------------------------
+LOCK_NAME = ".lock"
+_HELD: dict[str, list[Any]] = {}  # resolved run dir -> [open lock file, holders in process]
+_HELD_LOCK = threading.Lock()
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = path.read_text(encoding="utf-8").split()
+    except OSError:
+        return "another process"
+    return f"pid {info[0]}" if info and info[0].isdigit() else "another process"
+
+
+def lock_run_dir(out_dir: Path) -> Callable[[], None]:
+    """Take the run directory's writer lock (``fcntl.flock`` on ``OUT/.lock``, holding the
+    pid); return the function that releases it. The OS releases it when the process dies,
+    however it dies, so a killed run never leaves a stale lock. A second process is refused
+    with the holder's pid; within one process the lock is re-entrant (the CLI may take it
+    before loading a model, the runner again around the run). Where ``fcntl`` is missing
+    (Windows) no lock is taken."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        return lambda: None
+    out_dir = Path(out_dir)
+    key = str(out_dir.resolve())
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is not None:
+            held[1] += 1
+            return functools.partial(_release, key)
+        path = out_dir / LOCK_NAME
+        try:
+            fh = open(path, "a+", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot create the lock file {path}: {exc.strerror or exc}",
+                              hint="choose another --out") from exc
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            fh.close()
+            raise ConfigError(
+                f"{out_dir} is being written by {_holder(path)}; refusing a second writer "
+                "(two runs on one --out would answer every question twice)",
+                hint="wait for that run to finish (the lock goes when it ends, even if it is "
+                     "killed), or choose another --out") from exc
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()} {socket.gethostname()}\n")
+        fh.flush()
+        _HELD[key] = [fh, 1]
+    return functools.partial(_release, key)
+
+
+def _release(key: str) -> None:
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] > 0:
+            return
+        del _HELD[key]
+        fh = held[0]
+    try:  # the pid stays in the file (harmless); closing the file drops the lock
+        fh.close()
+    except OSError:
+        pass
+
+
+def probe_run_lock(out_dir: Path) -> None:
+    """Refuse now (before any model loads) if another process holds ``out_dir``'s lock."""
+    if (Path(out_dir) / LOCK_NAME).exists():
+        lock_run_dir(out_dir)()
 
 
 def write_error(path: Path, exc: OSError) -> ArtifactError:
@@ -176,10 +373,15 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
                               hint="choose another --out")
         return None
     try:
-        old = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{meta} is unreadable ({exc}); refusing to touch this run",
-                            hint="choose another --out") from exc
+        text = meta.read_text(encoding="utf-8")
+        if not json_depth_ok(text, MAX_ROW_DEPTH):
+            raise ValueError(f"nested deeper than {MAX_ROW_DEPTH} levels")
+        old = json.loads(text)
+        if not isinstance(old, dict):
+            raise ValueError(f"a JSON object was expected, got {type(old).__name__}")
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ArtifactError(f"{meta} is unreadable ({str(exc)[:120]}); refusing to touch this "
+                            "run", hint="choose another --out") from exc
     if not resume:
         raise ConfigError(f"{out_dir} already holds a run",
                           hint="pass --resume to continue it, or choose another --out")
@@ -189,6 +391,7 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
             f"{out_dir} holds a run of {old.get('program')} on {old.get('data')}, "
             f"not {spec.program} on {spec.data}; refusing to mix results",
             hint="choose another --out")
+    probe_run_lock(out_dir)
     if spec is not None:
         diffs = spec_differences(old, spec, skip=skip)
         if diffs:
@@ -204,11 +407,15 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
 RESUME_FIELDS: dict[str, str] = {
     "lm": "LM", "reader": "reader", "index": "index", "index_fingerprint": "index fingerprint",
     "program_config": "program config", "artifact_sha256": "artifact hash",
-    "metrics": "metric set", "judge": "judge", "part": "part (--part I/N)",
+    "metrics": "metric set", "judge": "judge", "max_tokens": "max tokens",
+    "temperature": "temperature", "endpoint": "endpoint", "part": "part (--part I/N)",
 }
 #: fields older ambiqa versions did not record: a stored "none" there proves nothing either
 #: way, so it is accepted (and the resumed run records the value)
-_UNRECORDED_OK = frozenset({"index_fingerprint"})
+_UNRECORDED_OK = frozenset({"index_fingerprint", "max_tokens", "temperature", "endpoint"})
+#: fields known only once the LM is built: an early check (before any model loads) that has
+#: no value for them yet leaves them to the runner's check
+_KNOWN_LATE = frozenset({"max_tokens", "temperature", "endpoint"})
 
 
 def spec_differences(old: dict[str, Any], spec: RunSpec,
@@ -230,6 +437,8 @@ def spec_differences(old: dict[str, Any], spec: RunSpec,
             continue
         if now in ({}, []):
             now = None
+        if now is None and key in _KNOWN_LATE:
+            continue
         if key == "program_config" and was and now:
             was = _with_added_defaults(spec.program, was, now)
         if was != now:
@@ -243,18 +452,15 @@ def _with_added_defaults(program: str, was: dict[str, Any],
     at the value the constructor defaults it to: a run made before the setting existed
     behaved as that default (e.g. ``answer_form="long"``), so resuming it is sound. A new
     setting at any other value still counts as a difference."""
-    import inspect
-
     from ambiqa.programs.registry import program_class
 
-    try:
-        params = inspect.signature(program_class(program).__init__).parameters
+    try:  # a program's config class holds its settings' defaults
+        defaults = program_class(program).config_class().to_dict()
     except Exception:  # an artifact path or unknown program: compare as stored
         return was
     filled = dict(was)
     for name, value in now.items():
-        param = params.get(name)
-        if name not in was and param is not None and param.default == value:
+        if name not in was and name in defaults and defaults[name] == value:
             filled[name] = value
     return filled
 

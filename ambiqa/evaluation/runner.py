@@ -25,6 +25,7 @@ live in :mod:`ambiqa.evaluation.run_dir` (re-exported here); this module runs an
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -39,6 +40,9 @@ from ambiqa.evaluation.run_dir import (
     RunSpec,
     check_run_dir,
     ensure_writable_dir,
+    example_sha,
+    lm_settings,
+    lock_run_dir,
     prepare_run_dir,
     spec_differences,
     write_error,
@@ -55,6 +59,7 @@ __all__ = [
 ]
 
 MetricFn = Callable[[Any, Any], float]
+log = logging.getLogger(__name__)
 
 
 class ExampleTimeout(Exception):
@@ -119,8 +124,9 @@ class _RunState:
     """
 
     def __init__(self, rows: list[dict[str, Any]], results: ResultsFile | None,
-                 max_error_rate: float) -> None:
+                 max_error_rate: float, total: int | None = None) -> None:
         self.rows, self.results, self.max_error_rate = rows, results, max_error_rate
+        self.total = total
         self.errors = sum(1 for r in rows if r.get("error"))
         self.stopped = False
         self._lock = threading.Lock()
@@ -142,8 +148,12 @@ class _RunState:
             bar.update(self.rows)
             if len(self.rows) >= 4 and self.errors / len(self.rows) > self.max_error_rate:
                 self.stopped = True
+                left = (self.total - len(self.rows)) if self.total else 0
                 raise RunError(
-                    f"{self.errors} of {len(self.rows)} examples failed (last: {row['error']})",
+                    f"{self.errors} of {len(self.rows)} examples failed, more than "
+                    f"--max-error-rate {self.max_error_rate:g} allows; stopped"
+                    + (f" with {left} not run" if left > 0 else "")
+                    + f" (last: {str(row['error']).splitlines()[0][:200]})",
                     hint="fix the cause and rerun with --resume (add --retry-errors to redo "
                          "the failed ones); finished examples are kept")
         return row
@@ -161,22 +171,71 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
     row superseding the old one. More than ``max_error_rate`` failed rows (once at least 4
     exist) stop the run with a :class:`RunError`; finished rows stay on disk. With
     ``out_dir`` and ``report``, ``summary.json``, ``report.md`` and plots are written there.
+
+    One writer per run directory: ``out_dir`` is locked for the whole run
+    (:func:`~ambiqa.evaluation.run_dir.lock_run_dir`); a second process is refused with the
+    holder's pid. The spec records the configured LM's max tokens, temperature and endpoint
+    when the caller left them unset, and every row the hash of its data row, so a resume
+    proves it continues the same run: a row whose data changed is run again, named.
     """
-    rows: list[dict[str, Any]] = []
-    results: ResultsFile | None = None
+    release = None
     if out_dir is not None:
         out_dir = Path(out_dir)
+        ensure_writable_dir(out_dir)
+        release = lock_run_dir(out_dir)
+    try:
+        return _evaluate(program, examples, metrics, out_dir=out_dir, spec=spec,
+                         resume=resume, threads=threads, max_error_rate=max_error_rate,
+                         progress=progress, timeout_s=timeout_s, retry_errors=retry_errors,
+                         report=report)
+    finally:
+        if release is not None:
+            release()
+
+
+def _with_lm_settings(spec: RunSpec | None) -> RunSpec | None:
+    """``spec`` with the configured LM's max tokens, temperature and endpoint filled in
+    where the caller left them unset (they change answers; a resume must share them)."""
+    if spec is None:
+        return None
+    import dataclasses
+
+    import dspy
+
+    found = lm_settings(dspy.settings.lm)
+    fill = {k: v for k, v in found.items() if getattr(spec, k) is None}
+    return dataclasses.replace(spec, **fill) if fill else spec
+
+
+def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
+              out_dir: Path | None, spec: RunSpec | None, resume: bool, threads: int,
+              max_error_rate: float, progress: bool, timeout_s: float | None,
+              retry_errors: bool, report: bool) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    results: ResultsFile | None = None
+    spec = _with_lm_settings(spec)
+    if out_dir is not None:
         results = prepare_run_dir(out_dir, spec, resume)
         rows = results.read() if resume else []
     if retry_errors:
         rows = [r for r in rows if not r.get("error")]
+    shas = {example_id(ex, i): example_sha(ex) for i, ex in enumerate(examples)}
+    changed = sorted(str(r["id"]) for r in rows
+                     if r.get("data_sha") and str(r["id"]) in shas
+                     and r["data_sha"] != shas[str(r["id"])])
+    if changed:
+        log.warning("%d recorded example(s) changed in the data since they were run; "
+                    "running them again: %s", len(changed), ", ".join(changed[:20])
+                    + (" ..." if len(changed) > 20 else ""))
+        rows = [r for r in rows if str(r["id"]) not in set(changed)]
     done = {str(r["id"]) for r in rows}
     todo = [(i, ex) for i, ex in enumerate(examples) if example_id(ex, i) not in done]
-    state = _RunState(rows, results, max_error_rate)
+    state = _RunState(rows, results, max_error_rate, total=len(examples))
 
     def run_one(item: tuple[int, Any]) -> dict[str, Any]:
         i, ex = item
-        row: dict[str, Any] = {"id": example_id(ex, i), "question": ex.question}
+        row: dict[str, Any] = {"id": example_id(ex, i), "question": ex.question,
+                               "data_sha": shas.get(example_id(ex, i)) or example_sha(ex)}
         t0 = time.perf_counter()
         # The program's own cost is traced apart from scoring: an LM reader's calls for D-F1
         # are evaluation cost, not the program's.
