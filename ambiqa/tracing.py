@@ -459,3 +459,19 @@ def ensure_tracing() -> Iterator[bool]:
     tap = tracker if isinstance(tracker, UsageTap) else UsageTap(tracker)
     with dspy.context(callbacks=callbacks, usage_tracker=tap):
         yield True
+
+
+def untraced_lm_reason() -> str | None:
+    """Why LM calls cannot be counted under the current settings, or None when they can.
+
+    Counting rides on DSPy's callbacks, which every ``dspy.BaseLM`` (``dspy.LM`` and custom
+    engines alike) fires; an LM object of another kind bypasses them, so a trace would report
+    0 calls -- it says so instead.
+    """
+    import dspy
+
+    lm = dspy.settings.get("lm")
+    if lm is None or isinstance(lm, dspy.BaseLM):
+        return None
+    return (f"LM calls not counted: the configured LM is a {type(lm).__name__}, not a "
+            "dspy.BaseLM, so DSPy reports none of its calls to callbacks")

@@ -30,7 +30,13 @@ from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.encoder import SharedEncoder as SharedEncoder  # re-export for programs
 from ambiqa.retrieval.factory import as_retriever
 from ambiqa.signatures.common import budget_words
-from ambiqa.tracing import ensure_tracing, record_budget_cut, record_event, track
+from ambiqa.tracing import (
+    ensure_tracing,
+    record_budget_cut,
+    record_event,
+    track,
+    untraced_lm_reason,
+)
 from ambiqa.types import Interpretation, Passage
 
 MAX_QUESTION_CHARS = 2000
@@ -145,6 +151,9 @@ class AmbiqaProgram(dspy.Module):
                                   for i in out["interpretations"]]
         out["passages"] = [p.to_dict() if isinstance(p, Passage) else p for p in out["passages"]]
         out["trace"] = trace.summary()
+        reason = untraced_lm_reason()
+        if reason:  # lm_calls 0 would read as "none made": say they were not seen
+            out["trace"]["untraced"] = reason
         return dspy.Prediction(**out)
 
     def save(self, path: str, save_program: bool = False, modules_to_serialize=None) -> None:

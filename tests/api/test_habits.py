@@ -125,3 +125,17 @@ def test_load_accepts_a_programs_own_save(tmp_path, use_lm):
     bare = ambiqa.load(plain, retriever=search, program="vanilla_rag")
     assert bare.k == 5  # a plain DSPy save holds prompts and demos, not settings: defaults
     assert bare.named_predictors()[0][1].demos[0]["question"] == "Q?"
+
+
+def test_a_trace_says_when_it_cannot_count(fresh_dspy):
+    class NotABaseLM:  # an LM object DSPy's callbacks never see
+        def __call__(self, *args, **kwargs):
+            raise AssertionError("not called")
+
+    dspy.configure(lm=NotABaseLM())
+    from ambiqa.tracing import untraced_lm_reason
+
+    assert "not a dspy.BaseLM" in untraced_lm_reason()
+    dspy.configure(lm=vanilla_rag_lm())
+    assert untraced_lm_reason() is None
+    assert "untraced" not in ambiqa.VanillaRAG(retriever=search)(question="Capital?").trace
