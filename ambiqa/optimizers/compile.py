@@ -236,6 +236,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     reflection_lm: Any = None, gepa_rollouts: int | None = None,
                     gepa_auto: str | None = None, reflection_minibatch: int = 2,
                     simba_steps: int = 2, simba_bsize: int = 4,
+                    gepa_selector: str = "round_robin",
                     ) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
 
@@ -249,7 +250,8 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     answered at once while bootstrapping (bootstrap, bootstrap-rs, knn), for an LM that serves
     several calls at once. ``predictor_signal``: pick signalled predictors' demos against
     their own signals afterwards (module docstring). ``reflection_lm`` (gepa: the reflecting
-    LM; simba: the rule writer), ``gepa_rollouts``/``gepa_auto``, ``reflection_minibatch``,
+    LM; simba: the rule writer), ``gepa_rollouts``/``gepa_auto``, ``gepa_selector``,
+    ``reflection_minibatch``,
     ``simba_steps``/``simba_bsize`` (with ``num_candidates``): see
     :mod:`ambiqa.optimizers.gepa`."""
     from ambiqa.optimizers.splits import check_training_data
@@ -317,7 +319,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                                    reflection_lm=reflection_lm, rollouts=gepa_rollouts,
                                    auto=gepa_auto, minibatch=reflection_minibatch,
                                    steps=simba_steps, bsize=simba_bsize, k=k,
-                                   num_candidates=num_candidates)
+                                   num_candidates=num_candidates, selector=gepa_selector)
         else:  # mipro
             compiled = _mipro(program, trainset, valset, safe, report, k=k, seed=seed,
                               num_candidates=num_candidates, trials=mipro_trials,
@@ -392,7 +394,8 @@ def _reflective(optimizer: str, program: dspy.Module, trainset: list[Any],
                 valset: list[Any] | None, metric: SafeMetric | None, report: CompileReport, *,
                 budget: Budget, seed: int, threads: int, reflection_lm: Any,
                 rollouts: int | None, auto: str | None, minibatch: int, steps: int,
-                bsize: int, k: int, num_candidates: int) -> dspy.Module:
+                bsize: int, k: int, num_candidates: int,
+                selector: str = "round_robin") -> dspy.Module:
     """GEPA or SIMBA (:mod:`ambiqa.optimizers.gepa`), signature names restored after."""
     from ambiqa.optimizers.gepa import run_gepa, run_simba
 
@@ -405,7 +408,7 @@ def _reflective(optimizer: str, program: dspy.Module, trainset: list[Any],
             compiled, extra = run_gepa(program, trainset, valset or trainset, metric,
                                        reflection_lm=lm, budget=budget, rollouts=rollouts,
                                        auto=auto, minibatch=minibatch, seed=seed,
-                                       threads=threads)
+                                       threads=threads, selector=selector)
         else:
             compiled, extra = run_simba(program, trainset, metric, budget=budget, bsize=bsize,
                                         num_candidates=num_candidates, max_steps=steps,

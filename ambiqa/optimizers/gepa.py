@@ -38,6 +38,7 @@ from ambiqa.optimizers.feedback import AmbiguityFeedback
 log = logging.getLogger(__name__)
 
 GEPA_AUTO = ("light", "medium", "heavy")
+GEPA_SELECTORS = ("round_robin", "all")
 #: characters kept of each input/output field shown to the reflection LM
 MAX_FIELD_CHARS = 600
 
@@ -88,12 +89,14 @@ def run_gepa(program: dspy.Module, trainset: list[Any], valset: list[Any], metri
              reflection_lm: Any = None, budget: Budget | None = None,
              rollouts: int | None = None, auto: str | None = None,
              minibatch: int = 2, seed: int = 0, threads: int = 1,
-             max_field_chars: int = MAX_FIELD_CHARS) -> tuple[dspy.Module, dict[str, Any]]:
+             max_field_chars: int = MAX_FIELD_CHARS, selector: str = "round_robin",
+             ) -> tuple[dspy.Module, dict[str, Any]]:
     """Compile ``program`` with ``dspy.GEPA``; return (program, settings for the report).
 
     ``metric`` is the end metric (a SafeMetric or a DSPy metric); it is wrapped in
     :class:`AmbiguityFeedback`. ``rollouts`` (default: three passes over train + held-out)
-    and ``auto`` are GEPA's budget knobs; give at most one.
+    and ``auto`` are GEPA's budget knobs; give at most one. ``selector``: which predictors an
+    iteration rewrites, ``round_robin`` (one at a time, DSPy's default) or ``all``.
     """
     if metric is None:
         raise ConfigError("gepa needs a metric (e.g. --metric d-f1)")
@@ -101,6 +104,9 @@ def run_gepa(program: dspy.Module, trainset: list[Any], valset: list[Any], metri
         raise ConfigError(f"unknown --gepa-auto {auto!r}", hint=f"choose {', '.join(GEPA_AUTO)}")
     if auto is not None and rollouts is not None:
         raise ConfigError("give either --gepa-auto or --gepa-rollouts, not both")
+    if selector not in GEPA_SELECTORS:
+        raise ConfigError(f"unknown --gepa-selector {selector!r}",
+                          hint=f"choose {', '.join(GEPA_SELECTORS)}")
     if minibatch < 1:
         raise ConfigError(f"--reflection-minibatch must be >= 1, got {minibatch}")
     budget = budget or Budget(None)
@@ -111,6 +117,7 @@ def run_gepa(program: dspy.Module, trainset: list[Any], valset: list[Any], metri
                    reflection_minibatch_size=minibatch, reflection_lm=reflection_lm,
                    instruction_proposer=CompactProposer(max_field_chars),
                    candidate_selection_strategy="pareto", use_merge=False,
+                   component_selector=selector,
                    num_threads=threads, seed=seed, track_stats=True,
                    warn_on_score_mismatch=False,
                    gepa_kwargs={"stop_callbacks": [_BudgetStop(budget)]})
@@ -119,7 +126,8 @@ def run_gepa(program: dspy.Module, trainset: list[Any], valset: list[Any], metri
         compiled = tp.compile(program.deepcopy(), trainset=trainset, valset=valset)
     settings: dict[str, Any] = {
         "rollouts": tp.max_metric_calls, "auto": auto, "reflection_minibatch": minibatch,
-        "reflection_lm": _lm_name(reflection_lm), "n_train": len(trainset),
+        "reflection_lm": _lm_name(reflection_lm), "selector": selector,
+        "n_train": len(trainset),
         "n_val": len(valset), "max_field_chars": max_field_chars}
     details = getattr(compiled, "detailed_results", None)
     if details is not None:

@@ -237,7 +237,7 @@ def test_gepa_stops_at_the_lm_call_budget(use_lm):
     compiled, report = compile_program(_diva(), load_dataset("demo:train")[:6],
                                        optimizer="gepa", metric=dspy_metric("str-em"),
                                        budget=budget, reflection_lm=_reflection_lm(state),
-                                       gepa_rollouts=200)
+                                       gepa_rollouts=200, gepa_selector="all")
     assert report.stopped_by_budget
     # one Diva run is up to 7 calls; the guard stops every call after the budget
     assert len(lm.engine.calls) + state.get("calls", 0) <= 25 + 7
