@@ -18,6 +18,7 @@ from ambiqa.cli.common import (
     READER_HELP,
     add_index_args,
     add_lm_args,
+    at_least,
     lm_from_args,
     make_console,
     program_config,
@@ -113,6 +114,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                "n_val": args.n_val, "threads": args.threads,
                "predictor_signal": args.predictor_signal, "reflection_lm": args.reflection_lm,
                "gepa_rollouts": args.gepa_rollouts, "gepa_auto": args.gepa_auto,
+               "gepa_selector": args.gepa_selector,
                "reflection_minibatch": args.reflection_minibatch,
                "simba_steps": args.simba_steps, "simba_bsize": args.simba_bsize}
     if args.dry_run:
@@ -295,7 +297,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dev", default=None, help="held-out split to score the result")
     p.add_argument("--metric", default=None, help="default: the program's recipe (d-f1 / f1)")
     p.add_argument("--optimizer", default="bootstrap", choices=list(TELEPROMPTERS))
-    p.add_argument("--k", type=int, default=2, help="demos per predictor")
+    p.add_argument("--k", type=at_least(0), default=2, help="demos per predictor")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threshold", type=float, default=None, help="bootstrap metric threshold")
     p.add_argument("--num-candidates", type=int, default=4,
@@ -323,6 +325,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="gepa: program runs it may score (default 3 x train+held-out)")
     p.add_argument("--gepa-auto", default=None, choices=["light", "medium", "heavy"],
                    help="gepa: DSPy's preset budget instead of --gepa-rollouts")
+    p.add_argument("--gepa-selector", default="round_robin", choices=["round_robin", "all"],
+                   help="gepa: rewrite one predictor per iteration, or all of them")
     p.add_argument("--reflection-minibatch", type=int, default=2,
                    help="gepa: runs shown to the reflection LM per proposal")
     p.add_argument("--simba-steps", type=int, default=2, help="simba: optimization steps")
@@ -397,7 +401,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="send the exported prompts for --data questions straight to the LM "
                         "and compare with the program's outputs (exit 1 on a difference)")
     p.add_argument("--data", default=None, help="questions for --verify, e.g. asqa:dev:2")
-    p.add_argument("--n", type=int, default=2, help="questions for --verify")
+    p.add_argument("--n", type=at_least(1), default=2, help="questions for --verify")
     add_index_args(p)
     add_lm_args(p)
     p.set_defaults(fn=cmd_export)
@@ -411,8 +415,9 @@ def _add_research_flag(p: argparse.ArgumentParser) -> None:
 
 def _add_budget_args(p: argparse.ArgumentParser) -> None:
     _add_research_flag(p)
-    p.add_argument("--max-lm-calls", type=int, default=None,
+    p.add_argument("--max-lm-calls", type=at_least(1), default=None,
                    help="stop cleanly once this many LM calls are spent, keeping the best")
     p.add_argument("--dry-run", action="store_true",
                    help="estimate LM calls and tokens from a sample run, then stop")
-    p.add_argument("--sample", type=int, default=1, help="questions in the --dry-run sample")
+    p.add_argument("--sample", type=at_least(1), default=1,
+                   help="questions in the --dry-run sample")
