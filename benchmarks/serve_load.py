@@ -143,6 +143,23 @@ def stop(proc: subprocess.Popen, files: list | None = None) -> int | None:
 
 
 # ---- measuring -----------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used (Linux ``/proc``; ``None`` elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def allowed_rps(n: int, concurrency: int, slots: int, service_s: float) -> float:
+    """The most requests/s a closed loop of ``concurrency`` clients sending ``n`` requests can
+    get from an endpoint with ``slots`` slots and ``service_s`` seconds per request: the
+    requests go in ``ceil(n / min(concurrency, slots))`` rounds of one service time each."""
+    lanes = min(concurrency, slots)
+    return n / (-(-n // lanes) * service_s)
+
+
 def pct(values: list[float], q: float) -> float:
     """The q-quantile (nearest rank) of ``values``; NaN when empty."""
     if not values:
@@ -245,14 +262,22 @@ def render_md(result: dict[str, Any]) -> str:
         f"artifact: p50 {result['direct']['p50_s'] * 1000:.1f} ms, p95 "
         f"{result['direct']['p95_s'] * 1000:.1f} ms (n={result['direct']['n']}).", "",
         "| client concurrency | requests | errors | p50 ms | p95 ms | req/s | allowed req/s "
-        "| ratio | overhead p50 ms (latency − program wall) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ratio | overhead p50 ms (latency − program wall) | serve CPU ms/request "
+        "| load avg (start, end) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for lv in result["levels"]:
         lines.append(
             f"| {lv['concurrency']} | {lv['sent']} | {lv['errors']} | {lv['p50_s'] * 1000:.1f} "
             f"| {lv['p95_s'] * 1000:.1f} | {lv['rps']:.2f} | {lv['allowed_rps']:.2f} "
-            f"| {lv['ratio']:.3f} | {lv['overhead_vs_trace_p50_ms']:.1f} |")
+            f"| {lv['ratio']:.3f} | {lv['overhead_vs_trace_p50_ms']:.1f} "
+            f"| {_num(lv.get('serve_cpu_ms_per_request'))} "
+            f"| {', '.join(str(x) for x in lv.get('loadavg_1min', []))} |")
+    lines += ["", "Allowed req/s: a closed loop of c clients sending n requests to an endpoint "
+                  "with s slots needs ceil(n / min(c, s)) rounds of one direct-call p50 each; "
+                  "ratio = measured / allowed (target ≥ 0.9). Serve CPU: user+system seconds of "
+                  "the `ambiqa serve` process during the level, per request (LiteLLM, DSPy, "
+                  "HTTP). Load average: the whole machine's (2 cores, shared)."]
     ov = result["overhead"]
     lines += ["", f"Server overhead per request at concurrency 1: served p50 − direct p50 = "
                   f"**{ov['served_minus_direct_p50_ms']:.1f} ms** (target ≤ 5 ms); "
@@ -270,6 +295,10 @@ def render_md(result: dict[str, Any]) -> str:
                 f"questions/hour, overhead (latency − program wall) p50 "
                 f"{emb['overhead_vs_trace_p50_ms']:.1f} ms."]
     return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,10 +351,17 @@ def main(argv: list[str] | None = None) -> int:
             result["levels"] = []
             used = args.direct
             for c in levels:
+                cpu0, load0 = cpu_seconds(serve.pid), os.getloadavg()[0]
                 lv = load_level(url, qs[used:used + args.requests], c, args.max_seconds, 180)
+                cpu1 = cpu_seconds(serve.pid)
                 used += args.requests
-                lv["allowed_rps"] = min(c, args.slots) / result["direct"]["p50_s"]
+                lv["allowed_rps"] = allowed_rps(lv["sent"], c, args.slots,
+                                                result["direct"]["p50_s"])
                 lv["ratio"] = lv["rps"] / lv["allowed_rps"]
+                lv["serve_cpu_ms_per_request"] = (
+                    (cpu1 - cpu0) * 1000 / max(lv["sent"], 1)
+                    if cpu0 is not None and cpu1 is not None else None)
+                lv["loadavg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
                 result["levels"].append(lv)
                 print(f"c={c}: {lv['ok']}/{lv['sent']} ok, p50 {lv['p50_s'] * 1000:.1f} ms, "
                       f"p95 {lv['p95_s'] * 1000:.1f} ms, {lv['rps']:.2f} req/s "

@@ -119,3 +119,14 @@ def test_page_shows_the_servers_error(make_served, live_server):
     assert dom.by_id["status"].startswith("Error 422: ")
     assert "has no words" in dom.by_id["status"]
     assert dom.attrs_of["result"].get("hidden") is not None
+
+
+def test_page_asks_for_the_token_when_the_server_needs_one(make_served, live_server):
+    served = make_served(vanilla_rag_lm())
+    srv = live_server(create_app(served, token="page-token"))
+    html = dump_dom(f"{srv.url}/?q={urllib.parse.quote('Who played Jo March?')}")
+    dom = _Dom()
+    dom.feed(html)
+    assert "needs an access token" in dom.by_id["status"]
+    assert dom.attrs_of["token-row"].get("class") == "shown"
+    assert served.lm.engine.calls == []
