@@ -15,7 +15,6 @@ of ``dspy.Example`` / dicts.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,12 +225,6 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     return EvaluateResult(summary, spec, out, found.program)
 
 
-def _version() -> str:
-    import ambiqa
-
-    return str(ambiqa.__version__)
-
-
 def make_reader(checkpoint: str | None) -> Any:
     from ambiqa.evaluation.reader import make_reader as _make_reader
 
@@ -306,14 +299,13 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     and questions shared with ``dev`` are refused (``allow_eval_splits`` is for research only
     and is recorded in the manifest).
     """
-    import dspy
-
     from ambiqa.evaluation.registry import dspy_metric
     from ambiqa.evaluation.runner import evaluate as run_evaluation
     from ambiqa.lm import lm_id
     from ambiqa.optimizers.artifact import save_artifact
     from ambiqa.optimizers.budget import Budget
     from ambiqa.optimizers.compile import compile_program
+    from ambiqa.optimizers.manifest import Manifest
     from ambiqa.optimizers.recipes import check_teleprompter, get_recipe, usable_examples
     from ambiqa.optimizers.splits import check_training_data
     from ambiqa.retrieval.factory import describe
@@ -367,28 +359,25 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
         scores["dev"] = summary["metrics"][metric]["mean"]
         scores["dev_n"] = summary["n"]
     settings_used = {k_: v for k_, v in report.settings.items() if v is not None}
-    manifest = {
-        "program": name,
-        "program_config": compiled.config() if hasattr(compiled, "config") else {},
-        "ambiqa_version": _version(),
-        "dspy_version": dspy.__version__,
-        "lm": lm_id(lm),
-        "retriever": describe(getattr(compiled, "retriever", None)),
-        "metric": metric,
-        "reader": getattr(reader, "name", None),
-        "train": spec,
-        "dev": dev_spec,
-        "scores": scores,
-        "optimizer": {"name": cfg.optimizer, **settings_used,
-                      "stopped_by_budget": report.stopped_by_budget,
-                      "nan_scores": report.nan_scores,
-                      **({"candidates": report.candidates} if report.candidates else {})},
-        "optuna": None,
-        "demos_per_predictor": report.demos_per_predictor,
-        "compile_cost": report.cost,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "data_guard": report.data_guard,
-    }
+    manifest = Manifest(
+        program=name,
+        program_config=compiled.config() if hasattr(compiled, "config") else {},
+        lm=lm_id(lm),
+        retriever=describe(getattr(compiled, "retriever", None)),
+        metric=metric,
+        reader=getattr(reader, "name", None),
+        train=spec,
+        dev=dev_spec,
+        scores=scores,
+        optimizer={"name": cfg.optimizer, **settings_used,
+                   "stopped_by_budget": report.stopped_by_budget,
+                   "nan_scores": report.nan_scores,
+                   **({"candidates": report.candidates} if report.candidates else {})},
+        optuna=None,
+        demos_per_predictor=report.demos_per_predictor,
+        compile_cost=report.cost,
+        data_guard=report.data_guard,
+    ).to_dict()
     path = None
     if cfg.out is not None:
         path = save_artifact(Path(cfg.out), compiled, manifest)

@@ -41,6 +41,7 @@ from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json
+from ambiqa.optimizers.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +68,11 @@ def write_json(path: Path, obj: Any) -> None:
                             hint="check the directory exists, is writable and has space") from exc
 
 
-def save_artifact(path: str | os.PathLike[str], program: Any, manifest: dict[str, Any]) -> Path:
-    """Serialize ``program``'s DSPy state with ``manifest`` into one JSON artifact."""
-    missing = [k for k in REQUIRED_MANIFEST_KEYS if k not in manifest]
-    if missing:
-        raise ArtifactError(f"manifest is missing {', '.join(missing)}")
+def save_artifact(path: str | os.PathLike[str], program: Any,
+                  manifest: Manifest | dict[str, Any]) -> Path:
+    """Serialize ``program``'s DSPy state with ``manifest`` (a :class:`Manifest`, or a dict
+    read through it) into one JSON artifact."""
+    manifest = Manifest.coerce(manifest).to_dict()  # validated: a bad field never reaches disk
     state = program.dump_state()
     for name, entry in state.items():
         if isinstance(entry, dict) and entry.get("lm") is not None:

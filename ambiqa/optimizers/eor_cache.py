@@ -178,12 +178,11 @@ def _row(id_: str, question: str, gold: list[str], pred: dict[str, Any]) -> dict
 
 
 def eor_default(name: str) -> Any:
-    """The default of ``EoR.__init__``'s argument ``name`` (one source of truth)."""
-    import inspect
+    """The default of EoR's setting ``name`` (:class:`~ambiqa.programs.eor.EoRConfig`, the one
+    source of truth)."""
+    from ambiqa.programs.eor import EoRConfig
 
-    from ambiqa.programs.eor import EoR
-
-    return inspect.signature(EoR.__init__).parameters[name].default
+    return getattr(EoRConfig(), name)
 
 
 def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: str = "f1",

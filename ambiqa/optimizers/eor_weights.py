@@ -35,7 +35,6 @@ The tuned weights load into the program as constructor settings (:func:`eor_conf
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import time
@@ -257,10 +256,8 @@ def save_weights_artifact(path: str | Path, weights: dict[str, Any], cache: Cach
     fingerprint and data spec, and the objective. :func:`ambiqa.optimizers.artifact.
     check_eor_pool` refuses to apply them to another pool.
     """
-    import dspy
-
-    import ambiqa
     from ambiqa.optimizers.artifact import save_artifact
+    from ambiqa.optimizers.manifest import NO_RETRIEVER, Manifest
     from ambiqa.programs.eor import EoR
 
     meta = cache.meta or {}
@@ -268,24 +265,20 @@ def save_weights_artifact(path: str | Path, weights: dict[str, Any], cache: Cach
     program = EoR(retriever=None, similarity_metrics=tuple(cache.metrics), rerank_depth=depth,
                   **eor_config(weights, cache.members))
     report = report or {}
-    manifest = {
-        "program": "eor", "program_config": program.config(),
-        "ambiqa_version": ambiqa.__version__, "dspy_version": dspy.__version__,
-        "lm": meta.get("lm"), "retriever": {"kind": None, "index": None, "fingerprint": None},
-        "metric": cache.gold_metric, "reader": meta.get("reader"), "train": cache.data_spec,
-        "dev": report.get("dev_data"),
-        "scores": {"train": report.get("train"), "dev": report.get("dev")},
-        "optimizer": {"name": "eor-weights", "upper_bound": UPPER,
-                      "objective": cache.gold_metric, "trials": report.get("trials"),
-                      "pool": list(cache.members), "rerank_depth": depth,
-                      "reader_lm": meta.get("lm"), "sources": meta.get("sources"),
-                      "cache": cache.source, "cache_fingerprint": cache.fingerprint(),
-                      "cache_stats": cache.stats,
-                      "note": "voter weights tuned over cached member answers; no demos"},
-        "optuna": None, "demos_per_predictor": {}, "compile_cost": {"lm_calls": 0},
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "data_guard": data_guard,
-    }
+    manifest = Manifest(
+        program="eor", program_config=program.config(), lm=meta.get("lm"),
+        retriever=dict(NO_RETRIEVER), metric=cache.gold_metric, reader=meta.get("reader"),
+        train=cache.data_spec, dev=report.get("dev_data"),
+        scores={"train": report.get("train"), "dev": report.get("dev")},
+        optimizer={"name": "eor-weights", "upper_bound": UPPER,
+                   "objective": cache.gold_metric, "trials": report.get("trials"),
+                   "pool": list(cache.members), "rerank_depth": depth,
+                   "reader_lm": meta.get("lm"), "sources": meta.get("sources"),
+                   "cache": cache.source, "cache_fingerprint": cache.fingerprint(),
+                   "cache_stats": cache.stats,
+                   "note": "voter weights tuned over cached member answers; no demos"},
+        optuna=None, demos_per_predictor={}, compile_cost={"lm_calls": 0},
+        data_guard=data_guard)
     return save_artifact(path, program, manifest)
 
 

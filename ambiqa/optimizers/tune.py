@@ -56,7 +56,6 @@ best so far.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import math
@@ -378,27 +377,24 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
         from ambiqa.optimizers.artifact import save_artifact
 
         program, settings = materialize(params, cfg, recipe, pools, retriever, knn_encoder)
-        import ambiqa
         from ambiqa.lm import lm_id
+        from ambiqa.optimizers.manifest import Manifest
         from ambiqa.retrieval.factory import describe
 
-        manifest = {
-            "program": recipe.program, "program_config": program.config(),
-            "ambiqa_version": ambiqa.__version__, "dspy_version": dspy.__version__,
-            "lm": lm_id(dspy.settings.lm) if dspy.settings.lm is not None else None,
-            "retriever": describe(retriever), "reader": getattr(metric, "reader_name", None),
-            "metric": cfg.metric, "train": cfg.train, "dev": None,
-            "scores": {"train": score, "objective": value, "train_n": len(val_part),
-                       "train_note": "held-out part of the training split"},
-            "optimizer": {**settings, "tuned_by": "optuna"},
-            "optuna": {"study": cfg.study, "storage": redact_url(cfg.storage),
-                       "trial": trial_number, "value": value, "params": params},
-            "demos_per_predictor": {n: len(p.demos) for n, p in program.named_predictors()},
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "data_guard": guard,
-            **(manifest_extra or {}),
-        }
-        manifest.setdefault("compile_cost", {"lm_calls_this_run": budget.spent})
+        manifest = Manifest(
+            program=recipe.program, program_config=program.config(),
+            lm=lm_id(dspy.settings.lm) if dspy.settings.lm is not None else None,
+            retriever=describe(retriever), reader=getattr(metric, "reader_name", None),
+            metric=cfg.metric, train=cfg.train, dev=None,
+            scores={"train": score, "objective": value, "train_n": len(val_part),
+                    "train_note": "held-out part of the training split"},
+            optimizer={**settings, "tuned_by": "optuna"},
+            optuna={"study": cfg.study, "storage": redact_url(cfg.storage),
+                    "trial": trial_number, "value": value, "params": params},
+            demos_per_predictor={n: len(p.demos) for n, p in program.named_predictors()},
+            data_guard=guard).update(manifest_extra)
+        if manifest.compile_cost is None:
+            manifest.compile_cost = {"lm_calls_this_run": budget.spent}
         save_artifact(out, program, manifest)
         written["path"] = str(out)
 

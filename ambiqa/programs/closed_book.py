@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambiqa.programs.base import AmbiqaProgram
-from ambiqa.programs.config import ProgramConfig, answer_form_field
+from ambiqa.programs.config import ProgramConfig, answer_form_field, resolve_config
 from ambiqa.programs.steps import ClosedBookStep, ShortAnswerStep
 
 
@@ -34,13 +34,16 @@ class ClosedBook(AmbiqaProgram):
     min_lm_rounds = 1
     needs_retriever = False
 
-    def __init__(self, retriever=None, answer_form: str = "long") -> None:
+    config_class = ClosedBookConfig
+
+    def __init__(self, retriever=None, config: ClosedBookConfig | dict[str, Any] | None = None,
+                 **settings: Any) -> None:
         super().__init__(retriever)
-        self.use_config(ClosedBookConfig(answer_form=answer_form))
-        self.answer_style = answer_form
+        self.use_config(resolve_config(ClosedBookConfig, config, settings, owner="ClosedBook"))
+        self.answer_style = self.answer_form
         # Only the predictor the form uses exists, so a compiled artifact's state names
         # exactly the prompts it tuned (and artifacts from before short form still load).
-        if answer_form == "short":
+        if self.answer_form == "short":
             self.short_answer = ShortAnswerStep()
         else:
             self.answer_step = ClosedBookStep()

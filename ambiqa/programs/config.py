@@ -1,10 +1,14 @@
 """Program settings as frozen dataclasses that validate themselves.
 
-Each program declares one ``ProgramConfig`` subclass: its fields are the constructor's
-hyperparameters, in the order ``config()`` reports them (artifacts and ``run.json`` store that
-dict). Integer fields carry their lower bound in the field metadata (:func:`int_field`), so one
-loop checks them all with :func:`ambiqa.checks.check_int`; a subclass adds cross-field and
-choice checks in :meth:`ProgramConfig.check`. ``bool_field`` values are stored as ``bool``.
+Each program declares one ``ProgramConfig`` subclass (its ``config_class``): its fields are the
+program's hyperparameters with their defaults and their one description, in the order
+``config()`` reports them (artifacts and ``run.json`` store that dict). A program takes its
+config and keyword overrides, ``Diva(retriever, DivaConfig(top_k=3), temperature=0)`` or just
+``Diva(retriever, top_k=3)``; :func:`resolve_config` merges them, so the config is the single
+source of defaults (a constructor restates none). Integer fields carry their lower bound in
+the field metadata (:func:`int_field`), so one loop checks them all with
+:func:`ambiqa.checks.check_int`; a subclass adds cross-field and choice checks in
+:meth:`ProgramConfig.check`. ``bool_field`` values are stored as ``bool``.
 """
 
 from __future__ import annotations
@@ -66,3 +70,31 @@ class ProgramConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names()}
+
+
+def resolve_config(config_class: type[ProgramConfig], config: Any = None,
+                   overrides: dict[str, Any] | None = None, *,
+                   owner: str = "") -> ProgramConfig:
+    """The settings a program runs with: ``config`` (an instance of ``config_class``, a mapping
+    of its fields, or ``None`` for the defaults) with the keyword ``overrides`` applied.
+
+    An override that is not a field is a :class:`TypeError` naming the program and its fields,
+    as an unknown keyword argument to a constructor always was.
+    """
+    if config is None:
+        values: dict[str, Any] = {}
+    elif isinstance(config, config_class):
+        values = config.to_dict()
+    elif isinstance(config, dict):
+        values = dict(config)
+    else:
+        raise TypeError(f"{owner or config_class.__name__}: config must be a "
+                        f"{config_class.__name__} or a dict of its fields, got "
+                        f"{type(config).__name__} (pass settings by keyword)")
+    values.update(overrides or {})
+    unknown = sorted(set(values) - set(config_class.names()))
+    if unknown:
+        raise TypeError(f"{owner or config_class.__name__}() got unexpected keyword "
+                        f"argument(s) {', '.join(map(repr, unknown))}; its settings are "
+                        f"{', '.join(config_class.names())}")
+    return config_class(**values)

@@ -19,7 +19,7 @@ from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
-from ambiqa.programs.config import ProgramConfig, bool_field, int_field
+from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClarifyStep, ClosedBookStep, LongAnswerStep
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
@@ -133,7 +133,21 @@ class InferInterpretations(dspy.Module):
 
 @dataclass(frozen=True)
 class DivaConfig(ProgramConfig):
-    """Diva's settings (see :class:`Diva` for each); ``decoding_config`` checks the decoding."""
+    """Diva's settings, the single source of their defaults (``decoding_config`` checks the
+    decoding).
+
+    Attributes:
+        k_per_query: K of eq. 4.
+        top_k: |P_i| of eq. 5 (paper: 5).
+        candidates: 0 (default): no separate C_i, R searches the corpus for each
+            interpretation. N > 0: the paper's two stages: the retriever fetches N passages
+            for the question (C_i) and the encoder picks each interpretation's top K from them.
+        max_interpretations: cost guard on the rewrites kept (a small model may list dozens).
+        skip_unambiguous: skip the rewrite call for a question typed None (off, as the paper).
+        temperature, top_p, max_tokens: decoding of every LM call Diva makes. Defaults are the
+            paper's (0.3, 1.0, 300; App. A.4) so the program behaves as published; pass
+            ``temperature=0`` for runs that repeat exactly.
+    """
 
     k_per_query: int = int_field(5)
     top_k: int = int_field(5)
@@ -168,40 +182,30 @@ class Diva(AmbiqaProgram):
 
     Args:
         retriever: R of eq. 4 (by default it searches the whole corpus per interpretation).
-        k_per_query: K of eq. 4.
-        top_k: |P_i| of eq. 5 (paper: 5).
-        candidates: 0 (default): no separate C_i, R searches the corpus for each
-            interpretation. N > 0: the paper's two stages: the retriever fetches N passages
-            for the question (C_i) and the encoder picks each interpretation's top K from them.
-        max_interpretations: cost guard on the rewrites kept (a small model may list dozens).
+        config: a :class:`DivaConfig` (or a dict of its fields); its fields are described
+            there. Keyword ``settings`` override single fields: ``Diva(r, temperature=0)``.
         encoder: Enc of eq. 5 (default all-MiniLM-L6-v2); any object with ``.encode(texts)``.
-        skip_unambiguous: skip the rewrite call for a question typed None (off, as the paper).
-        temperature, top_p, max_tokens: decoding of every LM call Diva makes. Defaults are the
-            paper's (0.3, 1.0, 300; App. A.4) so the program behaves as published; pass
-            ``temperature=0`` for runs that repeat exactly.
     """
 
     name = "diva"
-    # minimal dependent LM rounds: type (None: no rewrite) -> verify (parallel) -> closed
-    # book when Useless; 5 on the RAG path with a rewrite (type, rewrite, verify, clarify, write)
-    min_lm_rounds = 3
+    # minimal dependent LM rounds: type -> rewrite (always run, as in the paper) -> verify
+    # (parallel) -> closed book when Useless; 5 on the RAG path (type, rewrite, verify, clarify,
+    # write). skip_unambiguous=True drops the rewrite for a question typed None: 3 (__init__).
+    min_lm_rounds = 4
 
     encoder = SharedEncoder()
 
-    def __init__(self, retriever=None, k_per_query: int = 5, top_k: int = 5,
-                 candidates: int = 0, max_interpretations: int = 8, encoder=None,
-                 skip_unambiguous: bool = False,
-                 temperature: float = PAPER_DECODING["temperature"],
-                 top_p: float = PAPER_DECODING["top_p"],
-                 max_tokens: int = PAPER_DECODING["max_tokens"]) -> None:
+    config_class = DivaConfig
+
+    def __init__(self, retriever=None, config: DivaConfig | dict[str, Any] | None = None, *,
+                 encoder=None, **settings: Any) -> None:
         super().__init__(retriever)
-        self.use_config(DivaConfig(
-            k_per_query=k_per_query, top_k=top_k, candidates=candidates,
-            max_interpretations=max_interpretations, skip_unambiguous=skip_unambiguous,
-            temperature=temperature, top_p=top_p, max_tokens=max_tokens))
+        self.use_config(resolve_config(DivaConfig, config, settings, owner="Diva"))
+        if self.skip_unambiguous:
+            self.min_lm_rounds = 3  # type None -> verify -> closed book
         self.encoder = encoder
-        self.lm_config = decoding_config(temperature, top_p, max_tokens)
-        self.infer = InferInterpretations(max_interpretations, skip_unambiguous,
+        self.lm_config = decoding_config(self.temperature, self.top_p, self.max_tokens)
+        self.infer = InferInterpretations(self.max_interpretations, self.skip_unambiguous,
                                           lm_config=self.lm_config)
         self.verify = dspy.Predict(VerifyRetrieval)
         self.clarify = ClarifyStep(lm_config=self.lm_config)

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
 import numpy as np
 
-from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.parallel import run_parallel
@@ -50,6 +50,8 @@ from ambiqa.programs.base import (
     format_passages,
     safe_step,
 )
+from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
+from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.retrieval.pool import NoRetrieval, PoolMemo, PoolRetriever, SpecNode, parse_spec
 from ambiqa.signatures.answering import BackgroundDocument, ShortAnswer
 from ambiqa.signatures.summarization import CompressForQuery
@@ -69,7 +71,8 @@ def similarity_matrices(answers: Sequence[str], metrics: Sequence[str], *, encod
                         judge: Any = None) -> dict[str, list[list[float]]]:
     """Pairwise similarity of ``answers`` under each metric, as M×M lists (diagonal 1.0).
 
-    ``encoder.encode(texts)`` (unit vectors) serves "emb"; ``judge(a, b) -> float | None``
+    ``encoder.encode(texts)`` serves "emb" (rows scaled to unit length here, so it is a
+    cosine whatever encoder was injected); ``judge(a, b) -> float | None``
     serves "entail" (None = the judge failed: counted as 0.0). Pairs whose answers are equal
     after normalization score 1.0 for "entail" without asking the judge.
     """
@@ -89,7 +92,7 @@ def similarity_matrices(answers: Sequence[str], metrics: Sequence[str], *, encod
         elif metric == "f1":
             out["f1"] = fill([token_f1(answers[i], answers[j]) for i, j in pairs])
         elif metric == "emb":
-            vecs = np.asarray(encoder.encode(list(answers)), dtype=np.float32) if m else None
+            vecs = unit_rows(encoder.encode(list(answers))).astype(np.float32) if m else None
             out["emb"] = fill([float(vecs[i] @ vecs[j]) for i, j in pairs])
         elif metric == "entail":
             if judge is None:
@@ -209,16 +212,41 @@ def default_pool(sources: Sequence[str] = ()) -> tuple[str, ...]:
     return (*pool, "PK", "ReFree")
 
 
+@dataclass(frozen=True)
+class EoRConfig(ProgramConfig):
+    """EoR's settings, the single source of their defaults (the program checks and
+    normalises them: specs parsed, weights checked against the pool).
+
+    Attributes:
+        pool: the member specs (None: :func:`default_pool` over the sources given).
+        metric_weights: ω^s over "em", "f1", "emb", "entail" (None:
+            :data:`DEFAULT_METRIC_WEIGHTS`).
+        retriever_weights: ω^r per spec (default 1.0 each).
+        threshold: t of :func:`vote`: members weighted at or below it do not vote.
+        pooling: how a member's similarities to the others are pooled (:data:`POOLINGS`).
+        equivalence: App. C.4's ``s``, the similarity at which two answers count as one.
+        similarity_metrics: always computed and recorded (for tuning), even at weight 0.
+        rerank_depth: the candidate list @RR re-ranks.
+    """
+
+    label = "eor: "
+    pool: Sequence[str] | str | None = None
+    metric_weights: Mapping[str, float] | None = None
+    retriever_weights: Mapping[str, float] | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    pooling: str = "mean"
+    equivalence: float = 0.5
+    similarity_metrics: Sequence[str] = ("em", "f1", "emb")
+    rerank_depth: int = int_field(20)
+
+
 class EoR(AmbiqaProgram):
     """Ensemble of Retrievers: one short answer per retriever, then a similarity vote.
 
-    Parameters: ``retriever`` is the ``Wiki`` source; ``sources`` names further retrievers;
-    ``pool`` lists the member specs; ``metric_weights`` (ω^s over "em", "f1", "emb",
-    "entail"), ``retriever_weights`` (ω^r per spec, default 1.0 each), ``threshold`` (t),
-    ``pooling`` and ``equivalence`` (App. C.4's ``s``) configure :func:`vote`;
-    ``similarity_metrics`` are always computed and recorded (for tuning) even at weight 0;
-    ``rerank_depth`` is the candidate list @RR re-ranks; ``encoder`` defaults to the shared
-    MiniLM.
+    Args: ``retriever`` is the ``Wiki`` source; ``sources`` names further retrievers;
+    ``config``, an :class:`EoRConfig` (or a dict of its fields), holds the settings, each
+    described there, and keyword ``settings`` override single fields; ``encoder`` defaults to
+    the shared MiniLM.
     """
 
     name = "eor"
@@ -229,15 +257,18 @@ class EoR(AmbiqaProgram):
 
     encoder = SharedEncoder()
 
+    config_class = EoRConfig
+
     def __init__(self, retriever=None, sources: Mapping[str, Any] | None = None,
-                 pool: Sequence[str] | None = None,
-                 metric_weights: Mapping[str, float] | None = None,
-                 retriever_weights: Mapping[str, float] | None = None,
-                 threshold: float = DEFAULT_THRESHOLD, pooling: str = "mean",
-                 equivalence: float = 0.5,
-                 similarity_metrics: Sequence[str] = ("em", "f1", "emb"),
-                 rerank_depth: int = 20, encoder: Any = None) -> None:
+                 config: EoRConfig | dict[str, Any] | None = None, *, encoder: Any = None,
+                 **settings: Any) -> None:
         super().__init__(retriever)
+        cfg = resolve_config(EoRConfig, config, settings, owner="EoR")
+        self.settings = cfg
+        pool, metric_weights = cfg.pool, cfg.metric_weights
+        retriever_weights, threshold = cfg.retriever_weights, cfg.threshold
+        pooling, equivalence = cfg.pooling, cfg.equivalence
+        similarity_metrics, rerank_depth = cfg.similarity_metrics, cfg.rerank_depth
         self.sources = dict(sources or {})
         if pool is None:
             pool = default_pool(list(self.sources))
@@ -283,7 +314,7 @@ class EoR(AmbiqaProgram):
                               hint=f"choose from {', '.join(POOLINGS)}")
         self.pooling = pooling
         self.equivalence = float(equivalence)
-        self.rerank_depth = check_int("rerank_depth", rerank_depth)
+        self.rerank_depth = rerank_depth  # checked by EoRConfig
         if not self.active_members():
             raise ConfigError(f"every pool member's weight is at or below the threshold "
                               f"t={self.threshold}", hint="lower the threshold or raise a weight")

@@ -9,12 +9,13 @@ same comparison inside ambiqa with the same retrievers, LMs and cost traces. It 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
-from ambiqa.checks import check_int
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
+from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
 from ambiqa.signatures.answering import AnswerFromReasoning
 from ambiqa.signatures.planning import NextReasoningStep
 from ambiqa.tracing import record_event
@@ -46,6 +47,22 @@ def says_answer(sentence: str) -> bool:
     return bool(_ANSWER_IS.search(sentence))
 
 
+@dataclass(frozen=True)
+class IRCoTConfig(ProgramConfig):
+    """IRCoT's settings, the single source of their defaults.
+
+    Attributes:
+        k: passages retrieved per query (the question, then each reasoning sentence).
+        max_steps: most reasoning sentences.
+        max_passages: most passages collected in all (IRCoT's cap: 15).
+    """
+
+    label = "IRCoT "
+    k: int = int_field(5)
+    max_steps: int = int_field(4)
+    max_passages: int = int_field(15)
+
+
 class IRCoT(AmbiqaProgram):
     """IRCoT-style interleaved retrieval and reasoning for multi-hop questions.
 
@@ -71,20 +88,14 @@ class IRCoT(AmbiqaProgram):
     min_lm_rounds = 2
     answer_style = "short"
 
-    def __init__(self, retriever=None, k: int = 5, max_steps: int = 4,
-                 max_passages: int = 15) -> None:
+    config_class = IRCoTConfig
+
+    def __init__(self, retriever=None, config: IRCoTConfig | dict[str, Any] | None = None,
+                 **settings: Any) -> None:
         super().__init__(retriever)
-        for label, value in (("k", k), ("max_steps", max_steps),
-                             ("max_passages", max_passages)):
-            check_int(f"IRCoT {label}", value)
-        self.k = k
-        self.max_steps = max_steps
-        self.max_passages = max_passages
+        self.use_config(resolve_config(IRCoTConfig, config, settings, owner="IRCoT"))
         self.reason = dspy.Predict(NextReasoningStep)
         self.read = dspy.Predict(AnswerFromReasoning)
-
-    def config(self) -> dict[str, Any]:
-        return {"k": self.k, "max_steps": self.max_steps, "max_passages": self.max_passages}
 
     def run(self, question: str) -> dict[str, Any]:
         retriever = self.require_retriever()

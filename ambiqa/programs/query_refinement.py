@@ -6,12 +6,26 @@ then writes one long answer that covers all of them from its own knowledge.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ambiqa.programs.base import AmbiqaProgram
+from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
 from ambiqa.programs.diva import InferInterpretations
 from ambiqa.programs.steps import LongAnswerStep
 from ambiqa.types import Interpretation
+
+
+@dataclass(frozen=True)
+class QueryRefinementConfig(ProgramConfig):
+    """Query refinement's settings, the single source of their defaults.
+
+    Attributes:
+        max_interpretations: cost guard on the rewrites kept (as Diva's).
+    """
+
+    label = "query_refinement: "
+    max_interpretations: int = int_field(8)
 
 
 class QueryRefinementClosedBook(AmbiqaProgram):
@@ -37,17 +51,21 @@ class QueryRefinementClosedBook(AmbiqaProgram):
     """
 
     name = "query_refinement"
-    # minimal dependent LM rounds: type (None: no rewrite) -> long answer; 3 with a rewrite
-    min_lm_rounds = 2
+    # minimal dependent LM rounds: type -> rewrite (always run, as in Diva's default) -> long
+    # answer
+    min_lm_rounds = 3
     needs_retriever = False
 
-    def __init__(self, retriever=None, max_interpretations: int = 8) -> None:
-        super().__init__(retriever)
-        self.refine = InferInterpretations(max_interpretations)
-        self.long_answer = LongAnswerStep()
+    config_class = QueryRefinementConfig
 
-    def config(self) -> dict[str, Any]:
-        return {"max_interpretations": self.refine.max_interpretations}
+    def __init__(self, retriever=None,
+                 config: QueryRefinementConfig | dict[str, Any] | None = None,
+                 **settings: Any) -> None:
+        super().__init__(retriever)
+        self.use_config(resolve_config(QueryRefinementConfig, config, settings,
+                                       owner="QueryRefinement"))
+        self.refine = InferInterpretations(self.max_interpretations)
+        self.long_answer = LongAnswerStep()
 
     def run(self, question: str) -> dict[str, Any]:
         refined = self.refine(question=question)

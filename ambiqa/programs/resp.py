@@ -16,13 +16,14 @@ plan; the generator answers from them too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
-from ambiqa.checks import check_int
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
+from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
 from ambiqa.signatures.answering import AnswerFromMemories
 from ambiqa.signatures.planning import JudgeSufficiency, PlanNextQuestion
 from ambiqa.signatures.summarization import SummarizeGlobalEvidence, SummarizeLocalPathway
@@ -64,6 +65,20 @@ def format_local(memory: list[tuple[str, str]]) -> str:
     return "\n".join(f"- {q} -> {a}" for q, a in memory)
 
 
+@dataclass(frozen=True)
+class ReSPConfig(ProgramConfig):
+    """ReSP's settings, the single source of their defaults.
+
+    Attributes:
+        k: passages retrieved per round (paper: 5).
+        max_iter: most retrieve-summarize-judge rounds (paper: 3).
+    """
+
+    label = "ReSP "
+    k: int = int_field(5)
+    max_iter: int = int_field(3)
+
+
 class ReSP(AmbiqaProgram):
     """ReSP, following the paper's Algorithm 1 step by step.
 
@@ -80,7 +95,8 @@ class ReSP(AmbiqaProgram):
        loop;
     6. generator: answer ``Q`` in a few words from both memories (exactly once).
 
-    Args: ``retriever``; ``k`` passages per round (5); ``max_iter`` rounds (3).
+    Args: ``retriever``; ``config``, a :class:`ReSPConfig` (or a dict of its fields), whose
+    fields are described there; keyword ``settings`` override single fields.
 
     The faithfulness table (paper step → code → test) and the deviations with their reasons
     (the no-repeat rule enforced, no judge after the last round, concurrent summaries, what
@@ -93,20 +109,17 @@ class ReSP(AmbiqaProgram):
     min_lm_rounds = 3
     answer_style = "short"
 
-    def __init__(self, retriever=None, k: int = 5, max_iter: int = 3) -> None:
+    config_class = ReSPConfig
+
+    def __init__(self, retriever=None, config: ReSPConfig | dict[str, Any] | None = None,
+                 **settings: Any) -> None:
         super().__init__(retriever)
-        for label, value in (("k", k), ("max_iter", max_iter)):
-            check_int(f"ReSP {label}", value)
-        self.k = k
-        self.max_iter = max_iter
+        self.use_config(resolve_config(ReSPConfig, config, settings, owner="ReSP"))
         self.summarize_global = dspy.Predict(SummarizeGlobalEvidence)
         self.summarize_local = dspy.Predict(SummarizeLocalPathway)
         self.judge = dspy.Predict(JudgeSufficiency)
         self.plan = dspy.Predict(PlanNextQuestion)
         self.generate = dspy.Predict(AnswerFromMemories)
-
-    def config(self) -> dict[str, Any]:
-        return {"k": self.k, "max_iter": self.max_iter}
 
     # ---- one step each ------------------------------------------------------------------
     def _summaries(self, question: str, sub_question: str | None,

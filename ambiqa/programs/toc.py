@@ -17,7 +17,7 @@ import numpy as np
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import default_workers, run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
-from ambiqa.programs.config import ProgramConfig, bool_field, int_field
+from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.verification import (
@@ -106,7 +106,20 @@ def _is_duplicate(pair: Interpretation, others: list[tuple[str, str]]) -> bool:
 
 @dataclass(frozen=True)
 class ToCConfig(ProgramConfig):
-    """ToC's settings (see :class:`TreeOfClarifications` for each)."""
+    """ToC's settings, the single source of their defaults.
+
+    Attributes:
+        n_retrieve: pool size (the release's ColBERT share: 100).
+        k: passages re-ranked per RAC call and given to the answer (release: 5).
+        max_depth, max_nodes, max_failed: the BFS limits (paper: 3, 10, 3).
+        min_nodes: pruned nodes restored, nearest the root first, when fewer survive (ours).
+        verify: False is the paper's "RAC+TS" ablation (no verification call).
+        max_workers: sibling expansions run concurrently in batches of this size.
+        verification: ``"paper"`` (default), ``"evidence"`` or ``"strict"`` (see step 5 of
+            :class:`TreeOfClarifications`).
+        max_lm_calls: cap on LM calls per question, the final answer included (the paper
+            stays under 20; the release caps expansions at 15). Default 20.
+    """
 
     label = "toc: "
 
@@ -152,15 +165,9 @@ class TreeOfClarifications(AmbiqaProgram):
 
     Args:
         retriever: the first-stage retriever (the paper merges ColBERT and Bing).
-        n_retrieve: pool size (the release's ColBERT share: 100).
-        k: passages re-ranked per RAC call and given to the answer (release: 5).
-        max_depth, max_nodes, max_failed: the BFS limits (paper: 3, 10, 3).
-        min_nodes: pruned nodes restored, nearest the root first, when fewer survive (ours).
-        verify: False is the paper's "RAC+TS" ablation (no verification call).
-        verification: ``"paper"`` (default), ``"evidence"`` or ``"strict"`` (see step 5).
-        max_lm_calls: cap on LM calls per question, the final answer included (the paper
-            stays under 20; the release caps expansions at 15). Default 20.
-        max_workers: sibling expansions run concurrently in batches of this size.
+        config: a :class:`ToCConfig` (or a dict of its fields); its fields are described
+            there. Keyword ``settings`` override single fields: ``TreeOfClarifications(r,
+            max_depth=2)``.
         encoder: the re-ranker's encoder (default all-MiniLM-L6-v2); outputs are normalised,
             so any encoder ranks by cosine.
     """
@@ -172,18 +179,16 @@ class TreeOfClarifications(AmbiqaProgram):
 
     encoder = SharedEncoder()
 
-    def __init__(self, retriever=None, *, n_retrieve: int = 100, k: int = 5,
-                 max_depth: int = 3, max_nodes: int = 10, max_failed: int = 3,
-                 min_nodes: int = 2, verify: bool = True, max_workers: int | None = None,
-                 encoder=None, verification: str = "paper", max_lm_calls: int = 20) -> None:
+    config_class = ToCConfig
+
+    def __init__(self, retriever=None, config: ToCConfig | dict[str, Any] | None = None, *,
+                 encoder=None, **settings: Any) -> None:
         super().__init__(retriever)
-        self.use_config(ToCConfig(
-            n_retrieve=n_retrieve, k=k, max_depth=max_depth, max_nodes=max_nodes,
-            max_failed=max_failed, min_nodes=min_nodes, verify=verify, max_workers=max_workers,
-            verification=verification, max_lm_calls=max_lm_calls))
+        self.use_config(resolve_config(ToCConfig, config, settings,
+                                       owner="TreeOfClarifications"))
         self.encoder = encoder
         self.clarify = ClarifyStep()
-        self.self_verify = dspy.Predict(_VERIFIERS[verification])  # checked by ToCConfig
+        self.self_verify = dspy.Predict(_VERIFIERS[self.verification])  # checked by ToCConfig
         self.long_answer = LongAnswerStep()
 
     # ---- the algorithm ----------------------------------------------------------------------

@@ -25,7 +25,13 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.programs.base import AmbiqaProgram
-from ambiqa.programs.config import ProgramConfig, answer_form_field, bool_field, int_field
+from ambiqa.programs.config import (
+    ProgramConfig,
+    answer_form_field,
+    bool_field,
+    int_field,
+    resolve_config,
+)
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep, ShortAnswerStep
 
 
@@ -50,14 +56,15 @@ class VanillaRAG(AmbiqaProgram):
     # minimal dependent LM rounds per question: clarify -> long answer (short form: 1)
     min_lm_rounds = 2
 
-    def __init__(self, retriever=None, k: int = 5, answer_form: str = "long",
-                 recall_fallback: bool = False) -> None:
+    config_class = VanillaRAGConfig
+
+    def __init__(self, retriever=None, config: VanillaRAGConfig | dict[str, Any] | None = None,
+                 **settings: Any) -> None:
         super().__init__(retriever)
-        self.use_config(VanillaRAGConfig(k=k, answer_form=answer_form,
-                                         recall_fallback=recall_fallback))
-        self.answer_style = answer_form
+        self.use_config(resolve_config(VanillaRAGConfig, config, settings, owner="VanillaRAG"))
+        self.answer_style = self.answer_form
         # Only the predictors the form uses exist (see ClosedBook).
-        if answer_form == "short":
+        if self.answer_form == "short":
             self.min_lm_rounds = 1
             self.short_answer = ShortAnswerStep(recall_fallback=self.recall_fallback)
         else:

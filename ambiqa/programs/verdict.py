@@ -19,7 +19,7 @@ import numpy as np
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
-from ambiqa.programs.config import ProgramConfig, bool_field, int_field
+from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClosedBookStep, LongAnswerStep
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.disambiguation import InterpretFromPassage, RelaxQuery
@@ -252,7 +252,20 @@ def pick_readings(candidates: Sequence[dict[str, Any]], vectors: np.ndarray,
 
 @dataclass(frozen=True)
 class VerDICtConfig(ProgramConfig):
-    """VerDICt's settings (see :class:`VerDICt` for each)."""
+    """VerDICt's settings, the single source of their defaults.
+
+    Attributes:
+        n_passages: k of eq. 7 after re-ranking (paper: 20).
+        min_cluster_size: HDBSCAN's smallest cluster (>= 2).
+        conservativeness: "recall" keeps outliers, "balanced" (paper) drops them,
+            "precision" also merges near readings more eagerly.
+        long_answer: write the ASQA paragraph (else the pairs as sentences, no LM call).
+        rerank_depth: first-stage depth re-ranked to ``n_passages``; 0 (or <= n_passages)
+            switches the second stage off. Default 100.
+        candidate_check: drop candidates that visibly break Fig. 6's rules
+            (:func:`rule_violations`) before consolidation; off by default (the paper trusts
+            the LLM to keep them).
+    """
 
     n_passages: int = int_field(20)
     min_cluster_size: int = int_field(2, minimum=2, hint="HDBSCAN needs clusters of 2 or more")
@@ -289,20 +302,13 @@ class VerDICt(AmbiqaProgram):
 
     Args:
         retriever: the first stage.
-        n_passages: k of eq. 7 after re-ranking (paper: 20).
-        rerank_depth: first-stage depth re-ranked to ``n_passages``; 0 (or <= n_passages)
-            switches the second stage off. Default 100.
+        config: a :class:`VerDICtConfig` (or a dict of its fields); its fields are described
+            there. Keyword ``settings`` override single fields: ``VerDICt(r, n_passages=9)``.
         reranker: any object with ``rerank(query, passages, k)``; default the SentenceBERT
             MiniLM cosine re-ranker (:class:`ambiqa.retrieval.rerank.SentenceReranker`), the
             re-ranker every install has offline; pass a
             :class:`~ambiqa.retrieval.rerank.ColBERTReranker` when a checkpoint exists.
-        min_cluster_size: HDBSCAN's smallest cluster (>= 2).
-        conservativeness: "recall" keeps outliers, "balanced" (paper) drops them,
-            "precision" also merges near readings more eagerly.
-        long_answer: write the ASQA paragraph (else the pairs as sentences, no LM call).
         encoder: f of f(q̂; ŷ) (default all-MiniLM-L6-v2).
-        candidate_check: drop candidates that visibly break Fig. 6's rules (:func:`rule_violations`)
-            before consolidation; off by default (the paper trusts the LLM to keep them).
     """
 
     name = "verdict"
@@ -313,15 +319,13 @@ class VerDICt(AmbiqaProgram):
     #: the f of f(q̂; ŷ)
     encoder = SharedEncoder()
 
-    def __init__(self, retriever=None, n_passages: int = 20, min_cluster_size: int = 2,
-                 conservativeness: Conservativeness = "balanced", long_answer: bool = True,
-                 encoder: Encoder | None = None, rerank_depth: int = 100,
-                 reranker: Any = None, candidate_check: bool = False) -> None:
+    config_class = VerDICtConfig
+
+    def __init__(self, retriever=None, config: VerDICtConfig | dict[str, Any] | None = None,
+                 *, encoder: Encoder | None = None, reranker: Any = None,
+                 **settings: Any) -> None:
         super().__init__(retriever)
-        self.use_config(VerDICtConfig(
-            n_passages=n_passages, min_cluster_size=min_cluster_size,
-            conservativeness=conservativeness, long_answer=long_answer,
-            rerank_depth=rerank_depth, candidate_check=candidate_check))
+        self.use_config(resolve_config(VerDICtConfig, config, settings, owner="VerDICt"))
         if reranker is not None and not callable(getattr(reranker, "rerank", None)):
             raise ConfigError("reranker must have a rerank(query, passages, k) method")
         self._reranker = reranker

@@ -49,7 +49,7 @@ import numpy as np
 
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
-from ambiqa.retrieval.encoder import SharedEncoder
+from ambiqa.retrieval.encoder import SharedEncoder, unit_rows
 from ambiqa.retrieval.pool_spec import (
     KEYWORDS,
     MAX_K,
@@ -204,8 +204,9 @@ class PoolRetriever:
     def _rerank(self, question: str, candidates: list[Passage]) -> list[Passage]:
         if not candidates:
             return []
-        vecs = np.asarray(self.encoder.encode([question] + [p.render() for p in candidates]),
-                          dtype=np.float32)
+        # unit rows: cosine whatever encoder was injected (the default MiniLM is unit already)
+        vecs = unit_rows(self.encoder.encode([question] + [p.render() for p in candidates])
+                         ).astype(np.float32)
         sims = vecs[1:] @ vecs[0]
         order = sorted(range(len(candidates)), key=lambda i: (-float(sims[i]), i))
         return [candidates[i].with_score(float(sims[i])) for i in order]

@@ -26,7 +26,7 @@ import numpy as np
 from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import TimedSearch, check_query
-from ambiqa.retrieval.encoder import SharedEncoder
+from ambiqa.retrieval.encoder import SharedEncoder, unit_rows
 from ambiqa.tracing import record_compute
 from ambiqa.types import Passage, SharedResource
 
@@ -63,8 +63,9 @@ class SentenceReranker(SharedResource):
             return np.zeros(0, dtype=np.float32)
         if not queries:
             raise ConfigError("re-ranking needs at least one query")
-        vecs = np.asarray(self.encoder.encode(list(queries) + [p.render() for p in candidates]),
-                          dtype=np.float32)
+        # rows scaled to unit length: a dot product is a cosine whatever encoder was injected
+        vecs = unit_rows(self.encoder.encode(list(queries) + [p.render() for p in candidates])
+                         ).astype(np.float32)
         q, d = vecs[: len(queries)], vecs[len(queries):]
         return (d @ q.T).mean(axis=1)
 

@@ -271,7 +271,7 @@ class _Vectors:
             if "capital" in t:
                 rows.append([1.0, 0.0])
             elif "Background" in t:
-                rows.append([0.9, 0.436])
+                rows.append([0.9, 0.19 ** 0.5])  # unit length: cosine 0.9 to the question
             else:
                 rows.append([0.0, 1.0])
         return np.asarray(rows, dtype=np.float32)

@@ -1,0 +1,88 @@
+"""Behaviour that issue 36's reading against the papers changed (docs/methods.md says the rest).
+
+* Cosine scores no longer assume an injected encoder returns unit vectors
+  (``SentenceReranker.scores``, the pool's ``@RR``, EoR's "emb" similarity).
+* ``Diva.min_lm_rounds`` is the shortest chain of LM calls the program can really take.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ambiqa.programs.diva import Diva
+from ambiqa.programs.eor import similarity_matrices
+from ambiqa.retrieval.rerank import SentenceReranker
+from ambiqa.testing import ScriptedRetriever, scripted_lm
+from ambiqa.types import Passage
+
+
+class LengthyEncoder:
+    """Vectors whose direction carries the meaning and whose length does not: "far" points
+    away from the query (cosine 0.32) but is 300x longer than "near" (cosine 0.995), so an
+    unnormalised dot product (200 against 2) would rank it first."""
+
+    name = "lengthy"
+
+    def encode(self, texts, **_):
+        out = []
+        for t in texts:
+            if "near" in t:
+                out.append([1.0, 0.1])
+            elif "far" in t:
+                out.append([100.0, 300.0])
+            else:  # the query
+                out.append([2.0, 0.0])
+        return np.asarray(out, dtype=np.float32)
+
+
+PASSAGES = [Passage("far", "Far", "far away"), Passage("near", "Near", "near by")]
+
+
+def test_sentence_reranker_ranks_by_cosine_whatever_the_encoders_scale():
+    ranked = SentenceReranker(LengthyEncoder()).rerank("query", PASSAGES)
+    assert [p.id for p in ranked] == ["near", "far"]
+    scores = SentenceReranker(LengthyEncoder()).scores(["query"], PASSAGES)
+    assert np.all(np.abs(scores) <= 1.0 + 1e-6)
+
+
+def test_pool_rerank_ranks_by_cosine_whatever_the_encoders_scale():
+    from ambiqa.retrieval.pool import PoolRetriever
+
+    pool = PoolRetriever.__new__(PoolRetriever)  # only _rerank's encoder is needed
+    pool.encoder = LengthyEncoder()
+    ranked = pool._rerank("query", list(PASSAGES))
+    assert [p.id for p in ranked] == ["near", "far"]
+    assert all(abs(p.score) <= 1.0 + 1e-6 for p in ranked)
+
+
+def test_eor_emb_similarity_is_a_cosine():
+    sims = similarity_matrices(["near", "far", "query"], ["emb"], encoder=LengthyEncoder())
+    emb = np.asarray(sims["emb"])
+    assert np.all(np.abs(emb) <= 1.0 + 1e-6)
+    assert emb[0][2] == pytest.approx(1 / np.sqrt(1.01), abs=1e-6)  # cos(near, query)
+
+
+Q = "Who played the Weasley brothers?"
+RON = "Who played Ron Weasley?"
+
+
+def _useless_handlers(kind: str) -> dict:
+    return {
+        "TypeAmbiguity": {"reason": "r", "ambiguity_type": kind},
+        "PseudoInterpretations": {"interpretations": [RON]},
+        "VerifyRetrieval": {"evidence": "none", "verdict": "no"},
+        "ClosedBookLongAnswer": {"long_answer": "From memory."},
+    }
+
+
+@pytest.mark.parametrize("skip_unambiguous", [False, True])
+def test_diva_min_lm_rounds_is_its_shortest_path(use_lm, skip_unambiguous):
+    """Typed None and verified Useless is the shortest path: with the rewrite always run (the
+    paper, the default) it takes 4 sequential calls; skipping it for None takes 3."""
+    lm = use_lm(scripted_lm(_useless_handlers("None")))
+    retriever = ScriptedRetriever({"p": Passage("p", "P", "text")}, {}, ["p"])
+    prog = Diva(retriever, encoder=LengthyEncoder(), skip_unambiguous=skip_unambiguous)
+    out = prog(question=Q)
+    assert out.path == "closed_book"
+    assert len(lm.engine.calls) == prog.min_lm_rounds == (3 if skip_unambiguous else 4)
