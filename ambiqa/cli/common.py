@@ -103,6 +103,23 @@ def program_or_artifact(args: argparse.Namespace, target: str | None) -> Any:
                    config=program_config(args) or None).program
 
 
+def at_least(minimum: int):
+    """An argparse ``type`` for an integer of at least ``minimum``: a bad value is refused
+    with one line while the arguments are parsed, before any model loads (issue 33)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
 def add_lm_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LM")
     g.add_argument("--lm", default=None,
@@ -111,8 +128,8 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--api-base", default=None, help="endpoint URL (OpenAI-compatible servers)")
     g.add_argument("--api-key-env", default=None,
                    help="name of the environment variable holding the API key")
-    g.add_argument("--max-tokens", type=int, default=512)
-    g.add_argument("--lm-threads", type=int, default=None, help="embedded LM threads")
+    g.add_argument("--max-tokens", type=at_least(1), default=512)
+    g.add_argument("--lm-threads", type=at_least(1), default=None, help="embedded LM threads")
     g.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
 
 

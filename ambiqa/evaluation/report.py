@@ -94,12 +94,12 @@ def load_run(path: str | Path) -> Run:
     if meta.is_file():
         try:
             spec_data = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ArtifactError(f"{meta} is unreadable: {exc}") from exc
+        except (OSError, ValueError, RecursionError) as exc:  # issue 33: a deep file, too
+            raise ArtifactError(f"{meta} is unreadable: {str(exc)[:160]}") from exc
     elif (path / "summary.json").is_file():
         try:
             spec_data = json.loads((path / "summary.json").read_text("utf-8")).get("run", {})
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError, AttributeError):
             spec_data = {}
     spec = RunSpec.from_dict(spec_data if isinstance(spec_data, dict) else {})
     return Run(path, spec, ResultsFile(results).read())

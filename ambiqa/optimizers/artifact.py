@@ -56,6 +56,29 @@ OPTIONAL_MANIFEST_KEYS = ("dspy_version", "reader", "train", "dev", "scores", "o
 PREDICTOR_STATE_KEYS = frozenset({"demos", "traces", "train", "signature", "fields", "lm"})
 SIGNATURE_STATE_KEYS = frozenset({"instructions", "fields"})
 TOP_LEVEL_KEYS = {"format", "schema_version", "manifest", "state"}
+#: the largest artifact read (MiB): a compiled program is prompts and a few demos (the ones
+#: here are well under 1 MiB); tens of megabytes of demos would all be sent with every
+#: question. ``$AMBIQA_MAX_ARTIFACT_MB`` raises (or lowers) it.
+MAX_ARTIFACT_MB = 16.0
+MAX_ARTIFACT_ENV = "AMBIQA_MAX_ARTIFACT_MB"
+#: deepest JSON nesting an artifact may have (real ones are under 10 levels deep)
+MAX_ARTIFACT_DEPTH = 64
+#: program_config keys that are not settings: the loader passes these itself
+RESERVED_CONFIG_KEYS = frozenset({"retriever"})
+
+
+def max_artifact_bytes() -> int:
+    """The size cap in bytes: :data:`MAX_ARTIFACT_MB` or ``$AMBIQA_MAX_ARTIFACT_MB``."""
+    raw = os.environ.get(MAX_ARTIFACT_ENV, "").strip()
+    if not raw:
+        return int(MAX_ARTIFACT_MB * 1024 * 1024)
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise ConfigError(f"${MAX_ARTIFACT_ENV} must be a positive number of MiB, got {raw!r}")
+    return int(mb * 1024 * 1024)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -92,18 +115,35 @@ def save_artifact(path: str | os.PathLike[str], program: Any,
 
 def read_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse and validate an artifact file; raise :class:`ArtifactError` with the reason."""
+    from ambiqa.evaluation.run_dir import json_depth_ok
+
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"artifact not found: {path}",
                             hint="compile one with `ambiqa compile PROGRAM --train ...`")
+    cap = max_artifact_bytes()
+    size = path.stat().st_size
+    if size > cap:
+        raise ArtifactError(
+            f"{path} is {size / 2**20:.1f} MiB, over the {cap / 2**20:g} MiB artifact cap "
+            "(every demo in it is sent with each question)",
+            hint=f"recompile with fewer demos, or raise the cap: {MAX_ARTIFACT_ENV}="
+                 f"{int(size / 2**20) + 1}")
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        text = path.read_text(encoding="utf-8")
+        if not json_depth_ok(text, MAX_ARTIFACT_DEPTH):
+            raise ArtifactError(f"{path} nests deeper than {MAX_ARTIFACT_DEPTH} levels; "
+                                "an artifact is a few levels deep",
+                                hint="re-create it with `ambiqa compile`")
+        doc = json.loads(text)
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path} is not UTF-8 text (is it a binary file?)") from exc
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                             f"{exc.msg})", hint="re-create it with `ambiqa compile`") from exc
+    except RecursionError as exc:
+        raise ArtifactError(f"{path} nests too deep to read",
+                            hint="re-create it with `ambiqa compile`") from exc
     validate_artifact(doc, path)
     return doc
 
@@ -141,12 +181,86 @@ def validate_artifact(doc: Any, path: Path | str = "<artifact>") -> None:
     extra_m = set(manifest) - set(REQUIRED_MANIFEST_KEYS) - set(OPTIONAL_MANIFEST_KEYS)
     if extra_m:
         log.warning("%s: unknown manifest keys %s (ignored)", path, sorted(extra_m))
+    check_manifest_types(manifest, path)
     if version != SCHEMA_VERSION:
         log.warning("%s: schema version %s is older than %s; reading it with the missing "
                     "optional fields set to null", path, version, SCHEMA_VERSION)
         doc["schema_version"] = SCHEMA_VERSION
     for key in OPTIONAL_MANIFEST_KEYS:
         manifest.setdefault(key, None)
+
+
+#: manifest key -> (allowed JSON types, what the error names); absent keys are checked
+#: elsewhere (required) or default to null (optional)
+_MANIFEST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "program": ((str,), "a program name"),
+    "program_config": ((dict, type(None)), "an object of settings"),
+    "ambiqa_version": ((str, type(None)), "a version string"),
+    "dspy_version": ((str, type(None)), "a version string"),
+    "lm": ((str, type(None)), "an LM id string"),
+    "retriever": ((dict, type(None)), "an object {kind, index, fingerprint}"),
+    "metric": ((str, type(None)), "a metric name"),
+    "reader": ((str, type(None)), "a reader name"),
+    "train": ((str, list, type(None)), "a data spec string"),
+    "dev": ((str, list, type(None)), "a data spec string"),
+    "scores": ((dict, type(None)), "an object of scores"),
+    "optimizer": ((dict,), "an object"),
+    "optuna": ((dict, type(None)), "an object"),
+    "demos_per_predictor": ((dict, int, type(None)), "an object or a count"),
+    "compile_cost": ((dict, type(None)), "an object"),
+    "created": ((str, type(None)), "a timestamp string"),
+}
+
+
+def check_manifest_types(manifest: dict[str, Any], path: Path | str = "<artifact>") -> None:
+    """Each manifest field of the type the loader expects, and a ``program_config`` that
+    holds only settings (no ``retriever``: the loader passes the retriever itself). One line
+    naming the field, so a hand-edited artifact fails here, not deep inside a constructor."""
+    for key, (types, what) in _MANIFEST_TYPES.items():
+        if key in manifest and (not isinstance(manifest[key], types)
+                                or isinstance(manifest[key], bool)):
+            raise ArtifactError(f"{path}: manifest.{key} must be {what}, got "
+                                f"{type(manifest[key]).__name__}",
+                                hint="re-create the artifact with `ambiqa compile`")
+    config = manifest.get("program_config") or {}
+    reserved = sorted(RESERVED_CONFIG_KEYS & set(config))
+    if reserved:
+        raise ArtifactError(f"{path}: manifest.program_config sets {', '.join(reserved)}, "
+                            "which is not a program setting",
+                            hint="remove it; the index comes from manifest.retriever or "
+                                 "ambiqa.load(path, retriever=...)")
+    bad = sorted(k for k in config if not isinstance(k, str) or not k.isidentifier())
+    if bad:
+        raise ArtifactError(f"{path}: manifest.program_config has invalid setting name(s) "
+                            f"{', '.join(map(repr, bad))}")
+    info = manifest.get("retriever") or {}
+    for key in ("kind", "index", "fingerprint"):
+        if info.get(key) is not None and not isinstance(info[key], str):
+            raise ArtifactError(f"{path}: manifest.retriever.{key} must be a string, got "
+                                f"{type(info[key]).__name__}")
+
+
+def _check_signature_state(name: str, sig: dict[str, Any], path: Path | str) -> None:
+    """Instructions a string; fields a list of ``{prefix, description}`` strings (DSPy calls
+    string methods on both when it formats a prompt)."""
+    instructions = sig.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ArtifactError(f"{path}: predictor {name} signature.instructions must be a "
+                            f"string, got {type(instructions).__name__}",
+                            hint="fix the instructions text or re-create the artifact")
+    fields = sig.get("fields")
+    if fields is None:
+        return
+    if not isinstance(fields, list):
+        raise ArtifactError(f"{path}: predictor {name} signature.fields must be a list")
+    for i, field in enumerate(fields):
+        if not isinstance(field, dict):
+            raise ArtifactError(f"{path}: predictor {name} signature.fields[{i}] must be an "
+                                "object")
+        for key in ("prefix", "description"):
+            if field.get(key) is not None and not isinstance(field[key], str):
+                raise ArtifactError(f"{path}: predictor {name} signature.fields[{i}].{key} "
+                                    f"must be a string, got {type(field[key]).__name__}")
 
 
 def check_state(program: Any, state: dict[str, Any], path: Path | str = "<artifact>",
@@ -187,6 +301,7 @@ def check_state(program: Any, state: dict[str, Any], path: Path | str = "<artifa
         if bad_sig:
             raise ArtifactError(f"{path}: predictor {name} signature has unknown key(s) "
                                 f"{', '.join(bad_sig)}")
+        _check_signature_state(name, sig, path)
         for key in ("demos", "traces", "train"):
             value = entry.get(key, [])
             if not isinstance(value, list) or (key == "demos" and not all(

@@ -37,6 +37,7 @@ from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write
 from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
 from ambiqa.retrieval.encoder import SharedEncoder, get_encoder
+from ambiqa.retrieval.integrity import rebuild_command, verify_files
 from ambiqa.types import Passage, SharedResource
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,11 @@ def read_passages(path: Path) -> list[Passage]:
 
 
 def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest last, listing the size and sha256 of every file of the index
+    (checked on open: :mod:`ambiqa.retrieval.integrity`)."""
+    from ambiqa.retrieval.integrity import FILES_KEY, record_files
+
+    manifest = {**manifest, FILES_KEY: record_files(Path(index_dir), {MANIFEST})}
     atomic_write(Path(index_dir) / MANIFEST, lambda fh: json.dump(manifest, fh, indent=2))
 
 
@@ -80,15 +86,17 @@ def read_manifest(index_dir: Path, kind: str) -> dict[str, Any]:
     path = Path(index_dir) / MANIFEST
     if not path.is_file():
         raise RetrievalIndexError(f"no {kind} index at {index_dir} (manifest.json missing)",
-                          hint=f"build it first, e.g. `ambiqa index --retriever {kind}`")
+                          hint=f"build it first: `{rebuild_command(kind, Path(index_dir).name)}`")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RetrievalIndexError(f"{path} is not valid JSON: {exc}",
-                                  hint="rebuild the index") from exc
-    if manifest.get("kind") != kind:
-        raise RetrievalIndexError(
-            f"{index_dir} holds a {manifest.get('kind')!r} index, not {kind!r}")
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise RetrievalIndexError(f"{path} is not valid JSON: {str(exc)[:120]}",
+                                  hint=f"rebuild the index: "
+                                       f"{rebuild_command(kind, Path(index_dir).name)}") from exc
+    if not isinstance(manifest, dict) or manifest.get("kind") != kind:
+        found = manifest.get("kind") if isinstance(manifest, dict) else None
+        raise RetrievalIndexError(f"{index_dir} holds a {found!r} index, not {kind!r}")
+    verify_files(Path(index_dir), manifest, kind)
     return manifest
 
 

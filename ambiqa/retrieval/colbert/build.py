@@ -116,6 +116,10 @@ def build(passages: Iterable[Passage] | str | os.PathLike[str], index_root: Path
             "ambiqa_version": _ambiqa_version(),
             "text_format": "title | text",
         }
+        # size + sha256 of each file, checked on open (issue 33; the log is appended to later)
+        from ambiqa.retrieval.integrity import FILES_KEY, record_files
+
+        manifest[FILES_KEY] = record_files(tmp, {MANIFEST, LOG_FILE})
         atomic_write_json(tmp / MANIFEST, manifest)  # last: only now is the build complete
         target = index_root / name
         swap_dir_into_place(tmp, target)

@@ -119,10 +119,15 @@ def read_manifest(index_dir: str | os.PathLike[str]) -> dict[str, Any]:
                                   hint=f"rebuild it: {rebuild_hint(name)}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RetrievalIndexError(f"index manifest {path} is unreadable or corrupt ({exc})",
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RetrievalIndexError(f"index manifest {path} is unreadable or corrupt "
+                                  f"({str(exc)[:120]})",
                                   hint=f"rebuild the index: {rebuild_hint(name)}") from exc
-    return validate_manifest(data, index_dir)
+    manifest = validate_manifest(data, index_dir)
+    from ambiqa.retrieval.integrity import verify_files
+
+    verify_files(index_dir, manifest, "colbert")  # size + sha256 of each file (issue 33)
+    return manifest
 
 
 def check_colbert_files(index_dir: Path, n_passages: int) -> None:
