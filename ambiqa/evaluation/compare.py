@@ -163,7 +163,17 @@ def setup_of(run: Run) -> dict[str, Any]:
     return {"program": program, "data": spec.data, "lm": spec.lm, "reader": spec.reader,
             "index": spec.index, "index_fingerprint": spec.index_fingerprint,
             "artifact_sha256": spec.artifact_sha256, "judge": spec.judge,
-            "program_config": spec.program_config}
+            "program_config": spec.program_config,
+            # generation settings and endpoint, recorded by newer runs
+            **{k: getattr(spec, k, None) for k in ("max_tokens", "temperature", "endpoint")}}
+
+
+def _lm_settings(setup: dict[str, Any]) -> str:
+    """``max_tokens 512, temperature 0.0, endpoint http://host`` (what the run recorded)."""
+    parts = [f"{k.replace('_', ' ')} {setup[k]}" for k in ("max_tokens", "temperature",
+                                                             "endpoint")
+             if setup.get(k) is not None]
+    return ", ".join(parts) or "–"
 
 
 def _failed_ids(run: Run) -> set[str]:
@@ -247,7 +257,7 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
                     + [_fmt(float(r["cost"].get(k, 0.0)), 2 if k.endswith("_s") else 1)
                        for k in cost_keys])
     doc.add(Heading(2, "Side by side (each run on all its examples)"),
-            Table(headers, rows, "lrr" + "l" * len(names) + "r" * (len(names) + len(cost_keys))),
+            Table(headers, rows, "lrr" + "n" * len(names) + "r" * (len(names) + len(cost_keys))),
             Para("Metric cells: value over all n questions, a failed question scoring 0, "
                  "with its 95% BCa bootstrap interval [low, high] (questions resampled); "
                  "DR = sqrt(mean D-F1 × mean ROUGE-L) over the set, as the ASQA scorer "
@@ -256,8 +266,15 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
                  "prompt tokens the LM computed, not served from its prompt cache."))
 
     base = result["baseline"]
-    doc.add(Heading(2, f"Paired differences against {base}"),
-            Para("On the questions both runs hold, a failed question scoring 0 on its side. "
+    doc.add(Heading(2, f"Paired differences against {base}"))
+    if "forest" in plots:
+        doc.add(Image(f"paired differences against {base}", plots["forest"]),
+                Para(f"Forest plot of the table below: one row per program and metric, Δ "
+                     f"against the reference {base} (dot) with its 95% paired interval (bar) "
+                     "and the zero line. Solid green / red: the interval excludes 0 (above / "
+                     "below the reference); hollow grey: it reaches 0. The numbers beside each "
+                     "row are the table's; n = questions both runs hold.", css="note"))
+    doc.add(Para("On the questions both runs hold, a failed question scoring 0 on its side. "
                  "Δ = run − baseline; interval: paired BCa bootstrap over those questions "
                  "(DR recomputed from the resampled set means); * = the interval excludes 0."),
             Table(["run", "metric", "n shared", "failed (baseline / run)", "baseline", "run",
@@ -267,14 +284,7 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
                     f"{(p.get('failed') or {}).get('run', 0)}",
                     _fmt(p["baseline_mean"]), _fmt(p["run_mean"]),
                     f"{_fmt(p['diff'])}{' *' if p['excludes_zero'] else ''}",
-                    fmt_interval(*p["ci95"])] for p in result["paired"]], "llrlrrrl"))
-    if "forest" in plots:
-        doc.add(Image(f"paired differences against {base}", plots["forest"]),
-                Para(f"Forest plot of the table above: one row per program and metric, Δ "
-                     f"against the reference {base} (dot) with its 95% paired interval (bar) "
-                     "and the zero line. Solid green / red: the interval excludes 0 (above / "
-                     "below the reference); hollow grey: it reaches 0. The numbers beside each "
-                     "row are the table's; n = questions both runs hold.", css="note"))
+                    fmt_interval(*p["ci95"])] for p in result["paired"]], "llrlrrrn"))
 
     if "quality vs cost" in plots:
         axis_label = COST_AXES[cost][1]
@@ -304,14 +314,15 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
         setup_rows.append([r["label"], Code(str(s.get("program") or r.get("label"))),
                            Code(str(r.get("data") or "–")), str(r["n"]),
                            _code_or(s.get("lm") or r.get("lm"), "not recorded"),
+                           _lm_settings(s),
                            _code_or(s.get("reader") or r.get("reader"), "–"),
                            _code_or(s.get("index") or r.get("index"), "–"),
                            _code_or(s.get("index_fingerprint"), "–"),
                            _code_or((s.get("artifact_sha256") or "")[:12], "–"),
                            Code(r["path"])])
-    doc.add(Table(["run", "program", "data", "n", "LM", "D-F1 reader", "index",
+    doc.add(Table(["run", "program", "data", "n", "LM", "LM settings", "D-F1 reader", "index",
                    "index fingerprint", "artifact sha256", "run directory"], setup_rows,
-                  "lllrllllll"))
+                  "lllrlllllll"))
     notes: list[Any] = []
     unrecorded = [r["label"] for r in result["runs"]
                   if not ((r.get("setup") or {}).get("lm") or r.get("lm"))]

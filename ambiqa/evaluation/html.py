@@ -61,7 +61,8 @@ class Bullets:
 
 @dataclass(frozen=True)
 class Table:
-    """A table; ``align`` has one letter per column, ``l`` or ``r`` (numbers)."""
+    """A table; ``align`` has one letter per column: ``l`` (text), ``r`` (a number) or ``n``
+    (a number with its interval: left-aligned, never wrapped)."""
 
     headers: Sequence[Inline]
     rows: Sequence[Sequence[Inline]]
@@ -187,6 +188,7 @@ table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em;display:block;o
 th,td{border:1px solid #d8dee4;padding:.28em .6em;vertical-align:top}
 th{background:#f3f5f7;text-align:left}
 td.r,th.r{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.n{font-variant-numeric:tabular-nums;white-space:nowrap}
 tr:nth-child(even) td{background:#fafbfc}
 code{font:.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f3f5f7;
   padding:.05em .3em;border-radius:3px;overflow-wrap:anywhere}
@@ -256,7 +258,7 @@ def _html_block(b: Block, base: Path, out: list[str], used: set[str]) -> None:
         out.append("<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in b.items) + "</ul>")
     elif isinstance(b, Table):
         align = (b.align or "").ljust(len(b.headers), "l")
-        cls = [' class="r"' if a == "r" else "" for a in align]
+        cls = [f' class="{a}"' if a in "rn" else "" for a in align]
         head = "".join(f"<th{c}>{_html_inline(h)}</th>"
                        for c, h in zip(cls, b.headers, strict=False))
         body = "".join("<tr>" + "".join(f"<td{c}>{_html_inline(v)}</td>"

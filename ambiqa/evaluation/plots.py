@@ -32,11 +32,11 @@ except ImportError:  # pragma: no cover
 BLUE, RED, BAND, GREY, GREEN = "#4C72B0", "#C44E52", "#F2B8B8", "#9AA3AD", "#2E8B57"
 
 
-def _figure(width: float, height: float) -> Any:
+def _figure(width: float, height: float, layout: str | None = None) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=110)
+    fig = Figure(figsize=(width, height), dpi=110, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 
@@ -202,11 +202,22 @@ def forest(rows: Sequence[Mapping[str, Any]], path: Path, *, reference: str,
     n_panels = max(1, len(metrics))
     prows, pcols = _grid(n_panels, 2 if n_panels > 2 else n_panels)
     label_w = max(len(x) for x in runs) if runs else 8
-    fig = _figure(pcols * (4.6 + 0.055 * label_w), prows * (0.36 * len(runs) + 1.35) + 0.5)
-    axes = fig.subplots(prows, pcols, squeeze=False)
-    for ax in axes.flat[n_panels:]:
-        ax.set_visible(False)
-    for ax, metric in zip(axes.flat, metrics, strict=False):
+    fig = _figure(pcols * (5.6 + 0.06 * label_w), prows * (0.36 * len(runs) + 1.35) + 0.6,
+                  layout="constrained")
+    # each panel is a plot and, right of it, a column holding the row's numbers
+    outer = fig.add_gridspec(prows, pcols)
+    panels = []
+    for k in range(prows * pcols):
+        row, col = divmod(k, pcols)
+        inner = outer[row, col].subgridspec(1, 2, width_ratios=[3.0, 1.45], wspace=0.0)
+        ax = fig.add_subplot(inner[0, 0])
+        numbers = fig.add_subplot(inner[0, 1], sharey=ax)
+        numbers.axis("off")
+        if k >= n_panels:
+            ax.set_visible(False)
+            numbers.set_visible(False)
+        panels.append((ax, numbers))
+    for (ax, numbers), metric in zip(panels, metrics, strict=False):
         mine = {r["run"]: r for r in rows if r["metric"] == metric}
         spans = [float(v) for r in mine.values() for v in (r.get("lo"), r.get("hi"),
                                                           r.get("diff")) if _finite(v)]
@@ -226,12 +237,12 @@ def forest(rows: Sequence[Mapping[str, Any]], path: Path, *, reference: str,
                     gid=f"diff:{run}|{metric}", zorder=3)
             interval = (f" [{float(r['lo']):+.3f}, {float(r['hi']):+.3f}]"
                         if _finite(r.get("lo"), r.get("hi")) else " [–]")
-            ax.annotate(f"{d:+.3f}{interval}  n={r.get('n', '?')}", xy=(1.0, y),
-                        xycoords=("axes fraction", "data"), xytext=(6, 0),
-                        textcoords="offset points", va="center", fontsize=7.5,
-                        color="black" if sig else "#57606a")
+            numbers.text(0.04, y, f"{d:+.3f}{interval}  n={r.get('n', '?')}", va="center",
+                         fontsize=7.5, color="black" if sig else "#57606a",
+                         transform=numbers.get_yaxis_transform())
         ax.axvline(0.0, color="black", linewidth=1.0, gid=f"zero:{metric}")
         ax.set_xlim(-1.12 * reach, 1.12 * reach)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, symmetric=True))
         ax.set_ylim(len(runs) - 0.5, -0.5)
         ax.set_yticks(range(len(runs)), runs, fontsize=8.5)
         ax.tick_params(axis="x", labelsize=8)
@@ -240,7 +251,15 @@ def forest(rows: Sequence[Mapping[str, Any]], path: Path, *, reference: str,
         ax.set_xlabel(f"{metric}: program − {reference}", fontsize=8)
     fig.suptitle(title or f"Paired differences against {reference} (reference; Δ with 95% "
                           "paired bootstrap interval)", fontsize=10.5)
-    return _save(fig, path)
+    fig.legend(handles=[
+        Line2D([], [], marker="o", color=GREEN, linewidth=2.2, markersize=7,
+               label=f"above {reference}, interval excludes 0"),
+        Line2D([], [], marker="o", color=RED, linewidth=2.2, markersize=7,
+               label=f"below {reference}, interval excludes 0"),
+        Line2D([], [], marker="o", color=GREY, linewidth=2.2, markersize=7,
+               markerfacecolor="white", label="interval reaches 0")],
+        loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    return _save(fig, path, layout=False)
 
 
 def quality_vs_cost(points: Sequence[Mapping[str, Any]], path: Path, *, xlabel: str,

@@ -396,14 +396,17 @@ def _facts(run: dict[str, Any], uses_reader: bool) -> list[Any]:
     from ambiqa.evaluation.html import Code
 
     facts = [("program", run.get("program")), ("data", run.get("data")),
-             ("LM", run.get("lm")), ("retriever index", run.get("index")),
+             ("LM", run.get("lm")), ("LM max tokens", run.get("max_tokens")),
+             ("LM temperature", run.get("temperature")), ("LM endpoint", run.get("endpoint")),
+             ("retriever index", run.get("index")),
              ("index fingerprint", run.get("index_fingerprint")),
              ("D-F1 reader", run.get("reader") if uses_reader else None),
              ("LM judge", run.get("judge")),
              ("artifact sha256", run.get("artifact_sha256")),
              ("program config", json.dumps(run["program_config"])
               if run.get("program_config") else None)]
-    return [[f"{label}: ", Code(str(value))] for label, value in facts if value]
+    return [[f"{label}: ", Code(str(value))] for label, value in facts
+            if value is not None and value != ""]
 
 
 def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str],
@@ -430,7 +433,7 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
         [[name, _fmt(m["mean"]), fmt_interval(*m["ci95"]), str(m["n"]),
           str(m.get("failed", 0)), _fmt(m.get("mean_excl_failed")),
           str(m.get("n_scored", m["n"]))] for name, m in summary["metrics"].items()],
-        "lllrrrr"))
+        "lrnrrrr"))
     doc.add(Para("Value: over all n examples, an example whose program or scoring failed "
                  "scoring 0; \"excl. failed\": over the examples that did not fail. Means of "
                  "per-question scores, except DR = sqrt(mean D-F1 × mean ROUGE-L) over the set "

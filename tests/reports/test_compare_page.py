@@ -68,10 +68,16 @@ def test_forest_and_quality_plots_draw_the_tables_numbers(make_asqa_run, capture
 
 def test_setup_names_lm_reader_index_and_data_of_each_run(make_asqa_run, tmp_path):
     a, b, c = _runs(make_asqa_run)
+    spec = json.loads((b / "run.json").read_text(encoding="utf-8"))
+    spec.update(max_tokens=512, temperature=0.0, endpoint="http://127.0.0.1:8080/v1")
+    (b / "run.json").write_text(json.dumps(spec), encoding="utf-8")
     out = tmp_path / "cmp"
     assert main(["compare", str(a), str(b), str(c), "--out", str(out)]) == 0
     md = (out / "compare.md").read_text(encoding="utf-8")
     setup = {r["run"]: r for r in md_table(md[md.index("## Setup"):], "run")}
+    assert setup["diva-knn"]["LM settings"] == ("max tokens 512, temperature 0.0, endpoint "
+                                                "http://127.0.0.1:8080/v1")
+    assert setup["vanilla_rag"]["LM settings"] == "–"
     assert setup["vanilla_rag"]["LM"] == "`embedded`"
     assert setup["diva-knn"]["program"] == "`diva-knn.json`"  # the artifact, not its path
     for row in setup.values():
