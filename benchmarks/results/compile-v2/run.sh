@@ -11,6 +11,9 @@ cd "$(dirname "$0")/../../.."
 export AMBIQA_CACHE=${AMBIQA_CACHE:-/work/cache}
 OUT=benchmarks/results/compile-v2
 LM=(--lm embedded:qwen2.5-coder-0.5b --index dense:wiki-dense)
+# a small Diva (3 passages, 2 readings -> 6 LM calls a question) so the runs fit the session:
+# on the shared 2-core machine one 0.5B call took ~20-60 s while these ran
+CFG=(--program-config '{"top_k": 3, "k_per_query": 3, "max_interpretations": 2}')
 step() { echo "== $(date -u +%H:%M:%S) $*" >> "$OUT/progress.log"; }
 METRIC=str-em
 EVAL=str-em,rouge-l
@@ -19,16 +22,16 @@ step "metric $METRIC (readers: $(ls "$AMBIQA_CACHE"/readers 2>/dev/null | tr '\n
 
 if [ ! -f "$OUT/diva-gepa.json" ]; then
   step "gepa start"
-  /usr/bin/time -v ambiqa compile diva --optimizer gepa --train asqa:train:6 --metric "$METRIC" \
-    --gepa-rollouts 14 --gepa-selector all --reflection-minibatch 2 --max-lm-calls 160 \
-    --out "$OUT/diva-gepa.json" "${LM[@]}" > "$OUT/diva-gepa.log" 2>&1
+  /usr/bin/time -v ambiqa compile diva --optimizer gepa --train asqa:train:4 --metric "$METRIC" \
+    --gepa-rollouts 8 --gepa-selector all --reflection-minibatch 2 --max-lm-calls 90 \
+    --out "$OUT/diva-gepa.json" "${LM[@]}" "${CFG[@]}" > "$OUT/diva-gepa.log" 2>&1
   step "gepa rc=$?"
 fi
 if [ ! -f "$OUT/diva-simba.json" ]; then
   step "simba start"
-  /usr/bin/time -v ambiqa compile diva --optimizer simba --train asqa:train:4 --metric "$METRIC" \
-    --simba-steps 1 --simba-bsize 2 --num-candidates 2 --k 1 --max-lm-calls 200 \
-    --out "$OUT/diva-simba.json" "${LM[@]}" > "$OUT/diva-simba.log" 2>&1
+  /usr/bin/time -v ambiqa compile diva --optimizer simba --train asqa:train:2 --metric "$METRIC" \
+    --simba-steps 1 --simba-bsize 2 --num-candidates 2 --k 1 --max-lm-calls 130 \
+    --out "$OUT/diva-simba.json" "${LM[@]}" "${CFG[@]}" > "$OUT/diva-simba.log" 2>&1
   step "simba rc=$?"
 fi
 for a in gepa simba; do
@@ -42,15 +45,16 @@ for t in diva "$OUT/diva-gepa.json" "$OUT/diva-simba.json"; do
   [ -e "$t" ] || [ "$t" = diva ] || continue
   [ -f "$OUT/dev6-$name/summary.json" ] && continue
   step "evaluate $name"
+  cfg=(); [ "$t" = diva ] && cfg=("${CFG[@]}")
   ambiqa evaluate "$t" --data asqa:dev:6 --metrics "$EVAL" --out "$OUT/dev6-$name" \
-    "${LM[@]}" > "$OUT/dev6-$name.log" 2>&1
+    "${LM[@]}" "${cfg[@]}" > "$OUT/dev6-$name.log" 2>&1
   step "evaluate $name rc=$?"
 done
 # predictor signals (item 2): bootstrap + signal demos, then each predictor against its signal
 if [ ! -f "$OUT/diva-signal.json" ]; then
   step "signal start"
-  ambiqa compile diva --optimizer bootstrap --predictor-signal --train asqa:train:6 \
-    --metric "$METRIC" --k 2 --max-lm-calls 150 --out "$OUT/diva-signal.json" "${LM[@]}" \
+  ambiqa compile diva --optimizer bootstrap --predictor-signal --train asqa:train:4 \
+    --metric "$METRIC" --k 2 --max-lm-calls 60 --out "$OUT/diva-signal.json" "${LM[@]}" "${CFG[@]}" \
     > "$OUT/diva-signal.log" 2>&1
   step "signal rc=$?"
 fi
@@ -60,6 +64,6 @@ if [ -f "$OUT/diva-signal.json" ] && [ ! -f "$OUT/dev6-diva-signal/summary.json"
     --out "$OUT/dev6-diva-signal" "${LM[@]}" > "$OUT/dev6-diva-signal.log" 2>&1
   step "evaluate diva-signal rc=$?"
 fi
-python benchmarks/predictor_signal.py "$OUT"/dev6-* --out "$OUT/predictor-signal" \
+python -m benchmarks.predictor_signal "$OUT"/dev6-* --out "$OUT/predictor-signal" \
   >> "$OUT/progress.log" 2>&1
 step done
