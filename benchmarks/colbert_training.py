@@ -13,10 +13,10 @@ the held-out positives better than the student's start.
 
 ``--validate CKPT [--label L]``: the same held-out score for a trained checkpoint.
 
-    python benchmarks/colbert_training.py --prepare --out ~/.cache/ambiqa/colbert/minilm-trained-128
+    python -m benchmarks.colbert_training --prepare --out ~/.cache/ambiqa/colbert/minilm-trained-128
     ambiqa colbert train --dim 128 --out ~/.cache/ambiqa/colbert/minilm-trained-128 \\
         --dense-index dense:wiki-dense --distill --nway 4 --steps 400 --timeout 2100
-    python benchmarks/colbert_training.py --validate ~/.cache/ambiqa/colbert/minilm-trained-128
+    python -m benchmarks.colbert_training --validate ~/.cache/ambiqa/colbert/minilm-trained-128
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "colbert_training.json"
 SOURCES = ("asqa:train", "hotpotqa:train", "webq:train", "ambignq:train_light:3000")
 

@@ -13,7 +13,7 @@ wall seconds, LM calls, computed prompt and output tokens, traces kept, and whet
 traces equal the first run's (batched decoding is not bit-identical to serial decoding, see
 BENCHMARKS.md "Slot count", so they may differ).
 
-    python benchmarks/compile_threads.py --program diva --n 4
+    python -m benchmarks.compile_threads --program diva --n 4
 
 Writes ``benchmarks/results/compile_threads/{program}-n{N}.json`` and ``.md`` (atomically;
 a short run, so no resume: rerunning measures again).
@@ -34,8 +34,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before DSPy loads)
 from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
@@ -135,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = []
     for threads in counts:  # a fresh process each: no prompt cache carried between runs
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--program", args.program,
+        cmd = [sys.executable, "-m", "benchmarks.compile_threads", "--program", args.program,
                "--n", str(args.n), "--lm", args.lm, "--index", args.index,
                "--single", str(threads)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode != 0 or not lines:
             print(done.stderr[-3000:], file=sys.stderr)
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run)
     result = {"program": args.program, "n": args.n, "lm": args.lm, "index": args.index,
               "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "command": "python benchmarks/compile_threads.py " + shlex.join(
+              "command": "python -m benchmarks.compile_threads " + shlex.join(
                   argv if argv is not None else sys.argv[1:]),
               "runs": runs}
     stem = args.out / f"{args.program}-n{args.n}"

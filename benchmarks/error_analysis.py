@@ -36,7 +36,7 @@ The rules only sort; reading decides. ``--notes`` (a JSON object: question id ->
 reader's extractions) gives the cause counted in the table; the rule's guess stays beside it,
 so where reading overruled the rule is visible. Without a note the rule's cause is counted.
 
-    python benchmarks/error_analysis.py --run benchmarks/results/evidence/asqa/vanilla_rag \\
+    python -m benchmarks.error_analysis --run benchmarks/results/evidence/asqa/vanilla_rag \\
         --against benchmarks/results/evidence/asqa/closed_book --n 20
 """
 
@@ -46,7 +46,6 @@ import argparse
 import json
 import re
 import statistics
-import sys
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -54,8 +53,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before DSPy loads)
 from ambiqa.evaluation.metrics import (  # noqa: E402
@@ -288,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                        "answer": (rows[qid].get("prediction") or {}).get("answer", ""),
                        "note": read.get("note", "")})
 
-    command = ("python benchmarks/error_analysis.py --run " + _rel(args.run) + " --against "
+    command = ("python -m benchmarks.error_analysis --run " + _rel(args.run) + " --against "
                + _rel(args.against) + f" --n {args.n}"
                + "".join(f" --also {_rel(run)}" for run in args.also)
                + (f" --notes {_rel(args.notes)}" if args.notes else ""))

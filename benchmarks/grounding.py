@@ -13,9 +13,9 @@ A failed question in the source run scores 0, as in every table. Scores go to
 killed run resumes where it stopped; the summary (means with intervals, and paired
 differences against the first run) goes to ``benchmarks/results/evidence/grounding.{json,md}``.
 
-    python benchmarks/grounding.py                       # verdict and vanilla_rag, first 40
-    python benchmarks/grounding.py --runs asqa/verdict,asqa/diva --n 40
-    python benchmarks/grounding.py --report-only         # the summary from stored scores
+    python -m benchmarks.grounding                       # verdict and vanilla_rag, first 40
+    python -m benchmarks.grounding --runs asqa/verdict,asqa/diva --n 40
+    python -m benchmarks.grounding --report-only         # the summary from stored scores
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
 from ambiqa.evaluation.run_dir import ResultsFile  # noqa: E402
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
     runs = [r.strip().strip("/") for r in args.runs.split(",") if r.strip()]
-    command = "python benchmarks/grounding.py" + (
+    command = "python -m benchmarks.grounding" + (
         f" --runs {','.join(runs)}" if tuple(runs) != DEFAULT_RUNS else "") + (
         f" --n {args.n}" if args.n != 40 else "") + (
         f" --root {args.root}" if args.root.resolve() != EVIDENCE.resolve() else "")

@@ -1,6 +1,6 @@
 """Prefill and decode speed of the embedded GGUF models on this machine.
 
-    python benchmarks/lm_speed.py [--models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b] [--threads 2]
+    python -m benchmarks.lm_speed [--models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b] [--threads 2]
 
 Sends a ~600-token prompt to each model three times through ambiqa's engine (greedy, at most
 128 new tokens; the run number comes first so no call reuses a cached prefix) and reports

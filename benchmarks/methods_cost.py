@@ -27,8 +27,8 @@ Rows go to a JSONL (one per program and question, appended and fsynced, so a kil
 resumes where it stopped: pairs already there are skipped). A Markdown table of per-question
 means is printed and written next to it.
 
-    python benchmarks/methods_cost.py --lm fake --delay 0.5 --n 20
-    python benchmarks/methods_cost.py --lm embedded:qwen2.5-coder-0.5b --n 1 \\
+    python -m benchmarks.methods_cost --lm fake --delay 0.5 --n 20
+    python -m benchmarks.methods_cost --lm embedded:qwen2.5-coder-0.5b --n 1 \\
         --programs closed_book,vanilla_rag
 """
 
@@ -48,9 +48,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before DSPy loads)
 from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
@@ -127,7 +124,7 @@ def open_lm(spec: str, delay: float, true_rate: float) -> Iterator[Any]:
     import dspy
 
     if spec == "fake":
-        from fake_openai_server import serve
+        from benchmarks.fake_openai_server import serve
 
         url, shutdown = serve(delay, true_rate=true_rate)
         try:
@@ -507,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     header = {"lm": args.lm, "delay": args.delay, "true_rate": args.true_rate,
               "retriever": retriever_desc, "parallel": parallel, "n": args.n,
               "overrides": overrides,
-              "command": " ".join(["python benchmarks/methods_cost.py",
+              "command": " ".join(["python -m benchmarks.methods_cost",
                                    *(sys.argv[1:] if argv is None else argv)])}
     table = markdown(summarize(list(latest.values()), order), header)
     atomic_write_text(md_path, table)

@@ -23,9 +23,9 @@ question is 0.125 in a rate: read the table as a smoke signal, not a ranking.
 Resumable: every finished (program, teleprompter) pair and EoR cache is kept
 (``results/optimize/optimize-<lm>.jsonl`` and ``eor-<set>-<lm>.json``); a rerun skips them.
 
-    python benchmarks/optimize.py --lm fake                    # plumbing check, seconds
-    python benchmarks/optimize.py --lm embedded                # the real run (hours)
-    python benchmarks/optimize.py --lm embedded --programs vanilla_rag --teleprompters none,labeled
+    python -m benchmarks.optimize --lm fake                    # plumbing check, seconds
+    python -m benchmarks.optimize --lm embedded                # the real run (hours)
+    python -m benchmarks.optimize --lm embedded --programs vanilla_rag --teleprompters none,labeled
 """
 
 from __future__ import annotations
@@ -39,14 +39,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 import ambiqa  # noqa: E402,F401,I001  (environment defaults before DSPy loads)
 from ambiqa.errors import AmbiqaError  # noqa: E402
 from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
-from methods_cost import (  # noqa: E402
+from benchmarks.methods_cost import (  # noqa: E402
     append_row,
     lm_slug,
     open_benchmark_retriever,

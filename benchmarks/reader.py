@@ -21,8 +21,8 @@ On ASQA dev (the shared 200 questions), with the reader ``ambiqa reader train`` 
 
 Output: ``benchmarks/results/reader.json`` and ``benchmarks/results/reader.md``.
 
-    python benchmarks/reader.py                 # default reader, all 200 dev questions
-    python benchmarks/reader.py --reader DIR --limit 50
+    python -m benchmarks.reader                 # default reader, all 200 dev questions
+    python -m benchmarks.reader --reader DIR --limit 50
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ambiqa.evaluation.metrics import disambig_f1, token_f1  # noqa: E402
 from ambiqa.evaluation.stats import metric_interval  # noqa: E402
@@ -363,7 +362,7 @@ COMPILE_DIR = ROOT / "benchmarks/results/reader-compile"
 
 
 COMPILE_NOTES = """
-The program's LM is the fake OpenAI-compatible endpoint (`python benchmarks/fake_openai_server.py
+The program's LM is the fake OpenAI-compatible endpoint (`python -m benchmarks.fake_openai_server
 --delay 0.05`, URL in `$URL`), so the counts come from the compile's own trace, not from a real
 model's quality; index `bm25:wiki-bm25`. Raw outputs: `benchmarks/results/reader-compile/`.
 
@@ -623,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "reader": reader.name, "reader_path": str(path), "manifest": reader.manifest,
         "dev": args.dev, "limit": args.limit,
-        "command": "python benchmarks/reader.py" + (f" --limit {args.limit}" if args.limit
+        "command": "python -m benchmarks.reader" + (f" --limit {args.limit}" if args.limit
                                                     else "")
         + (f" --reader {args.reader}" if args.reader else "")
         + (f" --baseline {args.baseline}" if args.baseline else ""),

@@ -9,8 +9,8 @@ reader on this machine and checks that each row's D-F1 comes out the same. Only 
 ``run.json`` names the same reader are checked; a difference fails the script (exit 1), so
 it can stand before a ``--resume`` in a run queue.
 
-    python benchmarks/reader_rebuild.py            # default reader, evidence rows
-    python benchmarks/reader_rebuild.py --reader ~/.cache/ambiqa/readers/minilm-asqa-v2
+    python -m benchmarks.reader_rebuild            # default reader, evidence rows
+    python -m benchmarks.reader_rebuild --reader ~/.cache/ambiqa/readers/minilm-asqa-v2
 
 Output: ``benchmarks/results/evidence/reader-rebuild.json``.
 """
@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from reader import program_runs  # noqa: E402
 
 from ambiqa.fsutil import atomic_write_json  # noqa: E402
+from benchmarks.reader import program_runs  # noqa: E402
 
 EVIDENCE = ROOT / "benchmarks/results/evidence"
 TOLERANCE = 1e-9
@@ -73,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"reader": reader.name, "weights_sha256": reader.manifest["weights"]["sha256"],
               "train_command": reader.manifest.get("command"), "machine": platform.processor()
               or platform.machine(), "seconds": round(time.perf_counter() - t0, 1),
-              "command": "python benchmarks/reader_rebuild.py", **result}
+              "command": "python -m benchmarks.reader_rebuild", **result}
     atomic_write_json(Path(args.out), result)
     same = result["rows"] == result["identical"]
     print(f"{reader.name} (weights {result['weights_sha256'][:16]}…): {result['identical']} of "

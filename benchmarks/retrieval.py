@@ -27,11 +27,11 @@ search results go through the on-disk retrieval cache, and the LM's answers thro
 cache, so a rerun only measures what changed. Output: ``benchmarks/results/retrieval.json``
 and ``retrieval.md`` (a Markdown table for BENCHMARKS.md).
 
-    python benchmarks/retrieval.py --force --diva 0     # bm25, dense, colbert back to back
-    python benchmarks/retrieval.py --retrievers bm25,dense --diva 0
-    python benchmarks/retrieval.py --index colbert=colbert:wiki-trained
-    python benchmarks/retrieval.py --query-lengths      # share of queries cut per query_maxlen
-    python benchmarks/retrieval.py --sweep colbert:wiki # PLAID settings on training questions
+    python -m benchmarks.retrieval --force --diva 0     # bm25, dense, colbert back to back
+    python -m benchmarks.retrieval --retrievers bm25,dense --diva 0
+    python -m benchmarks.retrieval --index colbert=colbert:wiki-trained
+    python -m benchmarks.retrieval --query-lengths      # share of queries cut per query_maxlen
+    python -m benchmarks.retrieval --sweep colbert:wiki # PLAID settings on training questions
 
 Run with ``AMBIQA_CACHE`` pointing at the cache that holds the indexes (default here:
 ``.ambiqa-cache`` in the checkout).
@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("AMBIQA_CACHE", str(ROOT / ".ambiqa-cache"))
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -458,8 +457,8 @@ def run_part(key: str, spec: str, force: bool) -> dict[str, Any] | None:
             print(f"{key}: reusing {part}")
             return old
     print(f"{key}: measuring {spec} ...", flush=True)
-    proc = subprocess.run([sys.executable, __file__, "--worker", key, "--index",
-                           f"{key}={spec}"], check=False)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.retrieval", "--worker", key,
+                           "--index", f"{key}={spec}"], check=False, cwd=ROOT)
     if proc.returncode != 0 or not part.is_file():
         print(f"{key}: failed (exit {proc.returncode})")
         return None
@@ -589,8 +588,9 @@ def main() -> int:
         old = json.loads(part.read_text()) if part.is_file() else {}
         if (args.force or old.get("index") != spec or old.get("n") != args.diva
                 or old.get("fingerprint") != _fingerprint_of(spec)):
-            subprocess.run([sys.executable, __file__, "--diva-worker", "--diva-index", spec,
-                            "--diva", str(args.diva), "--lm", args.lm], check=False)
+            subprocess.run([sys.executable, "-m", "benchmarks.retrieval", "--diva-worker",
+                            "--diva-index", spec, "--diva", str(args.diva), "--lm", args.lm],
+                           check=False, cwd=ROOT)
         diva = json.loads(part.read_text()) if part.is_file() else None
     out = {"retrievers": parts, "diva": diva, "machine": {"cpus": os.cpu_count()}}
     atomic_write_json(RESULTS / "retrieval.json", out)

@@ -10,7 +10,7 @@ This script scores the same texts both ways:
 * stored runs: every ASQA prediction in ``benchmarks/results/compare/asqa/*/results.jsonl``
   against all the annotators' long answers (max), as ``ambiqa evaluate`` scores it.
 
-    python benchmarks/rouge_splitter.py --n 50
+    python -m benchmarks.rouge_splitter --n 50
 
 writes ``benchmarks/results/rouge_splitter.md`` and ``.json``.
 """
@@ -25,8 +25,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from ambiqa.evaluation import metrics as m  # noqa: E402
 from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
@@ -157,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
               f"sentences by the regex and {a['sentences_punkt']} by Punkt on the lowercased "
               "text. Stored runs keep the ROUGE-L they were scored with (regex); rescoring "
               "them needs no LM.", "",
-              f"Command: `python benchmarks/rouge_splitter.py --n {args.n}` "
+              f"Command: `python -m benchmarks.rouge_splitter --n {args.n}` "
               "(raw figures: `benchmarks/results/rouge_splitter.json`)."]
     atomic_write_text(args.out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -33,4 +33,4 @@ if [ ! -f "$READERS/minilm-asqa-v2/reader_manifest.json" ]; then
     --save-every 10 --no-validate
   ambiqa reader calibrate "$READERS/minilm-asqa-v2" --long-answers-only --no-validate
 fi
-python benchmarks/reader_rebuild.py
+python -m benchmarks.reader_rebuild

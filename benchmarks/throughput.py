@@ -1,11 +1,11 @@
 """Questions per hour from the embedded LM, old settings against new, on the same questions.
 
     # the measurement (resumable: run it again, or with a larger --n, to extend it)
-    python benchmarks/throughput.py --programs vanilla_rag,diva,verdict,toc --n 20
+    python -m benchmarks.throughput --programs vanilla_rag,diva,verdict,toc --n 20
     # the table from what exists, no LM calls (--since also tables the blocks measured then)
-    python benchmarks/throughput.py --report-only [--since 2026-11-24]
+    python -m benchmarks.throughput --report-only [--since 2026-11-24]
     # how many llama.cpp slots: the same concurrent calls at 1, 2 and 4 slots (new settings)
-    python benchmarks/throughput.py --slot-search 1,2,4 --n 1
+    python -m benchmarks.throughput --slot-search 1,2,4 --n 1
 
 Two configurations of the same program on the same ASQA dev questions, in one process:
 
@@ -48,8 +48,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before DSPy loads)
 from ambiqa.fsutil import atomic_write_text  # noqa: E402

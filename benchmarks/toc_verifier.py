@@ -25,8 +25,8 @@ over questions (a question's nodes are resampled together), plus the paired diff
 Rows are appended (fsynced) to ``--out`` as one JSON line per question, so a killed run
 resumes where it stopped; ``--report`` only re-renders the Markdown.
 
-    python benchmarks/toc_verifier.py --data asqa:train:15 --variants paper,evidence
-    python benchmarks/toc_verifier.py --report
+    python -m benchmarks.toc_verifier --data asqa:train:15 --variants paper,evidence
+    python -m benchmarks.toc_verifier --report
 """
 
 from __future__ import annotations
@@ -42,9 +42,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _path in (ROOT, HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP before DSPy loads)
 from ambiqa.evaluation.metrics import normalize_answer  # noqa: E402
@@ -186,7 +183,7 @@ def _f(x: float) -> str:
 
 
 def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    from verifier import bootstrap  # the percentile bootstrap over questions (benchmarks/)
+    from benchmarks.verifier import bootstrap  # the percentile bootstrap over questions
 
     variants = list(meta.get("variants") or (rows[0]["verdicts"] if rows else []))
     first = stats(rows, variants[0]) if rows and variants else {}
@@ -242,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--report", action="store_true", help="only render the Markdown")
     args = ap.parse_args(argv)
-    from verifier import load_rows  # rows file reader of benchmarks/verifier.py (same format)
+    from benchmarks.verifier import load_rows  # verifier.py's rows file reader (same format)
 
     md_path = args.out.with_suffix(".md")
     meta_path = args.out.with_suffix(".meta.json")
@@ -263,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not variants:
         raise ConfigError(f"unknown verification variant(s) {unknown or args.variants!r}",
                           hint=f"choose from {', '.join(VERIFICATIONS)}")
-    command = "python benchmarks/toc_verifier.py " + shlex.join(
+    command = "python -m benchmarks.toc_verifier " + shlex.join(
         argv if argv is not None else sys.argv[1:])
     meta = {"data": args.data, "variants": variants, "lm": args.lm, "pairs": args.pairs,
             "command": command}

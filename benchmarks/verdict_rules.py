@@ -20,7 +20,7 @@ are chosen on train data), with no LM call:
 The rule of choice, fixed before the train run was read: a rule is checked when that
 interval lies wholly below 0 (its breakers are useful less often, beyond noise).
 
-    python benchmarks/verdict_rules.py benchmarks/results/asqa-train-ab/verdict \\
+    python -m benchmarks.verdict_rules benchmarks/results/asqa-train-ab/verdict \\
         --out benchmarks/results/asqa-train-ab/verdict-rules
 """
 
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ambiqa.data import load_dataset  # noqa: E402
 from ambiqa.errors import AmbiqaError  # noqa: E402
@@ -139,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     except AmbiqaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    command = "python benchmarks/verdict_rules.py " + " ".join(argv or sys.argv[1:])
+    command = "python -m benchmarks.verdict_rules " + " ".join(argv or sys.argv[1:])
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(stem.with_suffix(".json"), result)

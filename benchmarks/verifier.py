@@ -25,8 +25,8 @@ over questions (votes are resampled with their question) and paired differences.
 Rows are appended (fsynced) to ``--out`` (one JSON line per question), so a killed run resumes
 where it stopped. ``--report`` only re-renders the Markdown from the rows.
 
-    python benchmarks/verifier.py --n 24 --index dense:wiki-dense
-    python benchmarks/verifier.py --report
+    python -m benchmarks.verifier --n 24 --index dense:wiki-dense
+    python -m benchmarks.verifier --report
 
 ``--faithfulness`` prints (``--run`` executes) the paired ``ambiqa evaluate`` runs of issue 12
 items 1 and 6 (Diva with and without the skip on type None, n >= 30; ToC with the paper's and
@@ -49,8 +49,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import dspy  # noqa: E402
 
@@ -263,11 +261,11 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "the ASQA evidence run, `--from-run`). Issue 12 items 1 and 6 are answered by the "
         "evidence runs too (same model, retriever and questions, paired; BENCHMARKS.md's "
         "evidence section): Diva typed 1 of its 60 ASQA dev questions None, so the optional "
-        "skip on None changes one question (`python benchmarks/compare_methods.py --datasets "
+        "skip on None changes one question (`python -m benchmarks.compare_methods --datasets "
         "asqa --programs diva-skip-none`); ToC with the paper's and the strict "
         "self-verification ran on the first 20 (`--programs toc,toc-strict --n 20`). "
         "Stand-alone versions of both comparisons:", "", "```",
-        "python benchmarks/verifier.py --faithfulness --run   # prints and runs:",
+        "python -m benchmarks.verifier --faithfulness --run   # prints and runs:",
         *("  " + shlex.join(c) for c in faithfulness_commands(
             "dense:wiki-dense", "embedded", 30, 20, "runs/faithfulness")),
         "```", ""]
@@ -435,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         from ambiqa.retrieval.encoder import get_encoder
 
         rows, meta = rows_from_run(args.from_run, get_encoder())
-        command = "python benchmarks/verifier.py --from-run " + _rel(args.from_run)
+        command = "python -m benchmarks.verifier --from-run " + _rel(args.from_run)
         atomic_write_text(args.run_out, render_run(rows, meta, command))
         print(args.run_out.read_text())
         return 0
@@ -453,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     from ambiqa.retrieval.encoder import get_encoder
     from ambiqa.retrieval.factory import open_retriever
 
-    command = "python benchmarks/verifier.py " + shlex.join(
+    command = "python -m benchmarks.verifier " + shlex.join(
         argv if argv is not None else sys.argv[1:])
     meta = {"data": args.data, "n": args.n, "index": args.index, "lm": args.lm,
             "interpretations": args.interpretations, "max_votes": args.max_votes,

@@ -1,27 +1,6 @@
-"""Fixtures for the tests of the benchmark scripts (standalone files, not a package)."""
+"""test_compare.py also tests benchmarks/compare_methods.py and benchmarks/render.py; the
+fixture that loads a benchmark script lives with the other benchmark tests."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
-
-import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
-
-
-@pytest.fixture
-def benchmark_script() -> Callable[[str], ModuleType]:
-    """``benchmark_script("verifier")`` imports ``benchmarks/verifier.py`` as a module."""
-
-    def load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCHMARKS / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod  # dataclasses look their module up while executing it
-        spec.loader.exec_module(mod)
-        return mod
-
-    return load
+from tests.benchmarks.conftest import benchmark_script  # noqa: F401  (a pytest fixture)
