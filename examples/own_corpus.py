@@ -33,7 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 NOTES = HERE / "notes"
 QUESTIONS = HERE / "questions.jsonl"
-QUESTION = "What is Mercury?"
+QUESTION = "What is Paris?"  # not one of the training questions
 
 
 # --- the user's own pieces -------------------------------------------------------------------
@@ -78,14 +78,14 @@ def make_lm(spec: str) -> Any:
     from ambiqa.testing import scripted_lm, titles_as_answers
 
     return scripted_lm({
-        "TypeAmbiguity": {"reason": "Mercury names a planet, an element and a god.",
+        "TypeAmbiguity": {"reason": "Paris names a city in France and one in Texas.",
                           "ambiguity_type": "AmbObj"},
         "PseudoInterpretations": {"interpretations": [
-            "What is the planet Mercury?", "What is the element mercury?"]},
+            "What is Paris, the capital of France?", "What is Paris, the city in Texas?"]},
         "VerifyRetrieval": {"evidence": "[1] quoted", "verdict": "yes"},
         "ClarifyFromPassages": titles_as_answers,
         "WriteLongAnswer": lambda inp: {"long_answer": "Readings: " + inp["interpretations"]},
-        "ClosedBookLongAnswer": {"long_answer": "Mercury is a planet and an element."},
+        "ClosedBookLongAnswer": {"long_answer": "Paris is the capital of France."},
     })
 
 

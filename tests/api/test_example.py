@@ -27,7 +27,8 @@ def test_own_corpus_example(tmp_path, capsys):
     assert result["callback_lm_ends"] == result["lm_calls"] == 6  # the user's callback: all
     assert result["demos"]["clarify.clarify"] == 2  # labeled demos survived save and load
     cited = {pid for it in result["interpretations"] for pid in it["passages"]}
-    assert cited == {"mercury_planet.txt", "mercury_element.txt"}  # ids are the file paths
+    notes = {p.name for p in (ROOT / "examples" / "notes").glob("*.txt")}
+    assert "paris_france.txt" in cited and cited <= notes  # ids are the file paths
     manifest = json.loads((tmp_path / "diva.json").read_text())["manifest"]
     assert manifest["optimizer"]["name"] == "labeled" and manifest["program"] == "diva"
     assert manifest["train"].startswith("jsonl:")
