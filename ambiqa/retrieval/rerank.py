@@ -26,7 +26,10 @@ import numpy as np
 from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.retrieval.base import TimedSearch, check_query
+from ambiqa.retrieval.checkpoint import checkpoint_id, default_checkpoint, validate_checkpoint
+from ambiqa.retrieval.colbert.patches import import_colbert, install_query_fit
 from ambiqa.retrieval.encoder import SharedEncoder, unit_rows
+from ambiqa.retrieval.triples import colbert_text
 from ambiqa.tracing import record_compute
 from ambiqa.types import Passage, SharedResource
 
@@ -98,8 +101,6 @@ class ColBERTReranker(SharedResource):
     def id(self) -> str:
         if self._retriever is not None:
             return f"colbert:{self._retriever.manifest['checkpoint']['id']}"
-        from ambiqa.retrieval.checkpoint import checkpoint_id, default_checkpoint
-
         return f"colbert:{checkpoint_id(self._checkpoint_path or default_checkpoint())}"
 
     def _ensure_model(self) -> Any:
@@ -108,10 +109,8 @@ class ColBERTReranker(SharedResource):
         if self._retriever is not None:
             self._model = self._retriever._ensure_searcher().checkpoint
             return self._model
-        from ambiqa.retrieval.checkpoint import default_checkpoint, validate_checkpoint
-        from ambiqa.retrieval.colbert import import_colbert
-
         import_colbert()
+        # colbert-ai (and torch under it) loads only when a ColBERT re-ranker first scores
         from colbert.infra import ColBERTConfig
         from colbert.modeling.checkpoint import Checkpoint
         from colbert.utils.amp import MixedPrecisionManager
@@ -120,8 +119,6 @@ class ColBERTReranker(SharedResource):
         model = Checkpoint(str(path), colbert_config=ColBERTConfig(checkpoint=str(path)),
                            verbose=0)
         model.amp_manager = MixedPrecisionManager(False)
-        from ambiqa.retrieval.colbert import install_query_fit
-
         # the same query handling as search: long queries grow to fit instead of being cut
         install_query_fit(model.query_tokenizer, int(model.colbert_config.query_maxlen))
         self._model = model
@@ -130,7 +127,7 @@ class ColBERTReranker(SharedResource):
     def scores(self, query: str, candidates: Sequence[Passage]) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=np.float32)
-        import torch
+        import torch  # heavy; loaded by _ensure_model's colbert-ai anyway
 
         start = time.perf_counter()
         with self._lock, torch.inference_mode():
@@ -146,8 +143,6 @@ class ColBERTReranker(SharedResource):
     @staticmethod
     def _encode_docs(model: Any, candidates: Sequence[Passage]) -> tuple[Any, Any]:
         """Padded doc token embeddings (n, t, dim) and their mask (n, t)."""
-        from ambiqa.retrieval.triples import colbert_text
-
         texts = [colbert_text(p.title, p.text) for p in candidates]
         ids, att = model.doc_tokenizer.tensorize(texts)
         docs, mask = model.doc(ids, att, keep_dims="return_mask")
