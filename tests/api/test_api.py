@@ -208,3 +208,13 @@ def test_an_artifact_without_an_index_says_so_at_load(tmp_path, fresh_dspy):
     with pytest.raises(ArtifactError, match="records no index"):
         ambiqa.load(art)
     assert ambiqa.load(art, retriever=search).retriever.fn is search
+
+
+def test_tune_takes_keywords_and_returns_its_result(bm25, tmp_path, fresh_dspy):
+    with pytest.raises(ConfigError, match="unknown setting.*no_such_knob"):
+        ambiqa.tune("vanilla_rag", study="s", storage="sqlite://", no_such_knob=1)
+    result = ambiqa.tune("vanilla_rag", study="s", storage=f"sqlite:///{tmp_path}/t.db",
+                         trials=1, train="demo:train:4", teleprompters=("labeled",),
+                         n_val=2, metric="str-em", lm=vanilla_rag_lm(), retriever=bm25.retriever,
+                         out=tmp_path / "t.json")
+    assert result.n_complete == 1 and (tmp_path / "t.json").is_file()
