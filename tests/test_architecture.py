@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "ambiqa"
@@ -44,10 +45,6 @@ LAYER_NAMES = {0: "foundation", 1: "components", 2: "programs", 3: "optimizers",
 
 #: (importer, imported) edges left out of the circle checks until their issue moves them.
 CYCLE_EDGES_ALLOWED: dict[tuple[str, str], str] = {
-    # issue 36: the runner writes the report and the report reads the runner's rows; the
-    # report is to be written by the runner's caller (runner.py and report.py are owned by
-    # the failures and reports work of issue 36 / 35).
-    ("ambiqa.evaluation.runner", "ambiqa.evaluation.report"): "issue 36",
     # issue 36: reader_data's functions take reader_training's TrainConfig (type only);
     # TrainConfig is to move below both (reader_* are owned by the reader work).
     ("ambiqa.evaluation.reader_data", "ambiqa.evaluation.reader_training"): "issue 36",
@@ -92,6 +89,38 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def _visit(node: ast.AST, where: str, name: str, base: str,
+           mods: dict[str, tuple[Path, bool]], known: Any, found: list[Import]) -> None:
+    """Record the ambiqa imports under ``node``; ``where`` says what encloses them."""
+    def add(target: str | None, stmt: ast.stmt) -> None:
+        if target and target != name:
+            found.append(Import(name, target, stmt.lineno, where))
+
+    for child in ast.iter_child_nodes(node):
+        inner = where
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inner = "function" if where == "module" else where
+        elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            inner = "type-checking"
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                if alias.name.split(".")[0] == PACKAGE:
+                    add(known(alias.name), child)
+        elif isinstance(child, ast.ImportFrom):
+            if child.level:
+                anchor = base
+                for _ in range(child.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                source = f"{anchor}.{child.module}" if child.module else anchor
+            else:
+                source = child.module or ""
+            if source.split(".")[0] == PACKAGE:
+                for alias in child.names:
+                    full = f"{source}.{alias.name}"
+                    add(full if full in mods else known(source), child)
+        _visit(child, inner, name, base, mods, known, found)
+
+
 def imports(mods: dict[str, tuple[Path, bool]] | None = None) -> list[Import]:
     """Every import of an ambiqa module by an ambiqa module, with where it sits."""
     mods = modules() if mods is None else mods
@@ -105,38 +134,7 @@ def imports(mods: dict[str, tuple[Path, bool]] | None = None) -> list[Import]:
     for name, (path, is_package) in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         base = name if is_package else name.rpartition(".")[0]
-
-        def add(target: str | None, node: ast.stmt, where: str, importer: str = name) -> None:
-            if target and target != importer:
-                found.append(Import(importer, target, node.lineno, where))
-
-        def visit(node: ast.AST, where: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                inner = where
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                    inner = "function" if where == "module" else where
-                elif isinstance(child, ast.If) and _is_type_checking(child.test):
-                    inner = "type-checking"
-                if isinstance(child, ast.Import):
-                    for alias in child.names:
-                        if alias.name.split(".")[0] == PACKAGE:
-                            add(known(alias.name), child, where)
-                elif isinstance(child, ast.ImportFrom):
-                    if child.level:
-                        anchor = base
-                        for _ in range(child.level - 1):
-                            anchor = anchor.rpartition(".")[0]
-                        source = f"{anchor}.{child.module}" if child.module else anchor
-                    else:
-                        source = child.module or ""
-                    if source.split(".")[0] != PACKAGE:
-                        continue
-                    for alias in child.names:
-                        full = f"{source}.{alias.name}"
-                        add(full if full in mods else known(source), child, where)
-                visit(child, inner)
-
-        visit(tree, "module")
+        _visit(tree, "module", name, base, mods, known, found)
     return found
 
 

@@ -178,6 +178,7 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     only once those checks passed (the CLI loads its model this way).
     """
     from ambiqa.evaluation.registry import judge_name
+    from ambiqa.evaluation.report import write_run_report
     from ambiqa.evaluation.runner import RunSpec, check_run_dir, ensure_writable_dir
     from ambiqa.evaluation.runner import evaluate as run_evaluation
 
@@ -221,7 +222,8 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     summary = run_evaluation(found.program, examples, metric_fns(names, reader), out_dir=out,
                              spec=spec, resume=cfg.resume, threads=cfg.threads,
                              max_error_rate=cfg.max_error_rate, timeout_s=cfg.timeout_s,
-                             retry_errors=cfg.retry_errors, progress=cfg.progress)
+                             retry_errors=cfg.retry_errors, progress=cfg.progress,
+                             report=write_run_report)
     return EvaluateResult(summary, spec, out, found.program)
 
 

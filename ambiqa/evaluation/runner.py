@@ -18,9 +18,10 @@ cannot kill a thread, so the abandoned call keeps running in the background unti
 (with the embedded LM, which serves one request at a time, later examples wait for it);
 the deadline turns a hang into a recorded, bounded failure, not into free capacity.
 
-At the end the run directory gets ``summary.json``, ``report.md`` and plots
-(:mod:`ambiqa.evaluation.report`). The run directory's files and the checks that guard them
-live in :mod:`ambiqa.evaluation.run_dir` (re-exported here); this module runs and scores.
+At the end the run directory gets ``summary.json``, and ``report.md`` and plots when the caller
+passes a report writer (:mod:`ambiqa.evaluation.report`, which imports this module). The run
+directory's files and the checks that guard them live in :mod:`ambiqa.evaluation.run_dir`
+(re-exported here); this module runs and scores.
 """
 
 from __future__ import annotations
@@ -159,18 +160,27 @@ class _RunState:
         return row
 
 
+#: a run-report writer, ``writer(out_dir, rows=..., spec=..., examples=...)``; the caller of
+#: :func:`evaluate` passes one (:func:`ambiqa.evaluation.report.write_run_report`)
+ReportWriter = Callable[..., Any]
+
+
 def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
              out_dir: Path | None = None, spec: RunSpec | None = None, resume: bool = False,
              threads: int = 1, max_error_rate: float = 0.5, progress: bool = True,
              timeout_s: float | None = None, retry_errors: bool = False,
-             report: bool = True) -> dict[str, Any]:
+             report: ReportWriter | None = None) -> dict[str, Any]:
     """Run ``program`` on ``examples``, score with ``metrics``, return the summary.
 
     ``timeout_s`` bounds each example (program call and scoring each get that long);
     ``retry_errors`` (with ``resume``) reruns examples whose recorded row is an error, the new
     row superseding the old one. More than ``max_error_rate`` failed rows (once at least 4
     exist) stop the run with a :class:`RunError`; finished rows stay on disk. With
-    ``out_dir`` and ``report``, ``summary.json``, ``report.md`` and plots are written there.
+    ``out_dir``, ``summary.json`` is written there; ``report`` is the caller's report writer
+    (:func:`ambiqa.evaluation.report.write_run_report` writes ``summary.json``, ``report.md``
+    and plots), called as ``report(out_dir, rows=, spec=, examples=)`` while the run
+    directory is still locked. The report module reads the runner's rows, so the runner never
+    imports it: the caller chooses the report.
 
     One writer per run directory: ``out_dir`` is locked for the whole run
     (:func:`~ambiqa.evaluation.run_dir.lock_run_dir`); a second process is refused with the
@@ -210,7 +220,7 @@ def _with_lm_settings(spec: RunSpec | None) -> RunSpec | None:
 def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
               out_dir: Path | None, spec: RunSpec | None, resume: bool, threads: int,
               max_error_rate: float, progress: bool, timeout_s: float | None,
-              retry_errors: bool, report: bool) -> dict[str, Any]:
+              retry_errors: bool, report: ReportWriter | None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     results: ResultsFile | None = None
     spec = _with_lm_settings(spec)
@@ -281,9 +291,7 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
     if out_dir is not None:
         spec_dict = spec.to_dict() if spec else {}
         if report:
-            from ambiqa.evaluation.report import write_run_report
-
-            write_run_report(out_dir, rows=rows, spec=spec, examples=examples)
+            report(out_dir, rows=rows, spec=spec, examples=examples)
         else:
             try:
                 atomic_write_json(out_dir / "summary.json", {"run": spec_dict, **summary})

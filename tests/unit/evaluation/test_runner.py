@@ -12,6 +12,7 @@ import pytest
 from ambiqa.errors import ArtifactError, ConfigError, RunError
 from ambiqa.evaluation import run_dir as run_dir_mod
 from ambiqa.evaluation import runner as runner_mod
+from ambiqa.evaluation.report import write_run_report
 from ambiqa.evaluation.runner import ResultsFile, RunSpec, call_with_timeout, evaluate
 
 
@@ -259,7 +260,7 @@ def test_summary_write_failure_is_clear_and_keeps_results(tmp_path, monkeypatch)
     monkeypatch.setattr(report_mod, "atomic_write_json", full)
     with pytest.raises(ArtifactError, match="disk full"):
         evaluate(EchoProgram(), _examples(3), {"em": _em}, out_dir=tmp_path, spec=spec,
-                 progress=False)
+                 progress=False, report=write_run_report)
     assert len(ResultsFile(tmp_path / "results.jsonl").read()) == 3
 
 
@@ -324,7 +325,7 @@ def test_an_old_run_extends_with_additive_run_json(tmp_path):
     spec = RunSpec(program="echo", data="toy:dev:3", metrics=["em"], reader=old["reader"],
                    lm=old["lm"])
     evaluate(EchoProgram(), _examples(3), {"em": _em}, out_dir=tmp_path, spec=spec,
-             resume=True, progress=False)
+             resume=True, progress=False, report=write_run_report)
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta == {**old, "data": "toy:dev:3"}
     summary = json.loads((tmp_path / "summary.json").read_text())
