@@ -80,11 +80,18 @@ def _ninja() -> str:
 
 
 def _torch() -> str:
+    """A CPU build, or a CUDA build: colbert-ai then indexes and searches on the GPUs torch
+    sees (:mod:`ambiqa.retrieval.colbert.devices`), and on the CPU when it sees none."""
     import torch
 
-    if torch.version.cuda:
-        raise CheckFailed(f"torch {torch.__version__} is a CUDA build (multi-GB, not needed)")
-    return torch.__version__
+    if not torch.version.cuda:
+        return torch.__version__
+    from ambiqa.retrieval.colbert.devices import visible_gpus
+
+    n = visible_gpus()
+    where = (f"{n} GPU(s) visible: ColBERT indexes and searches on them" if n else
+             "no GPU visible: ColBERT runs on the CPU")
+    return f"{torch.__version__} (CUDA {torch.version.cuda}; {where})"
 
 
 def _faiss() -> str:
@@ -293,7 +300,7 @@ def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | Non
     _check("python", _python, "use Python 3.11", results)
     _check("C++ compiler", _compiler, "apt-get install g++", results)
     _check("ninja", _ninja, "pip install ninja", results)
-    _check("torch (CPU)", _torch, "pip install torch==2.13.0 (the CPU wheel)", results)
+    _check("torch", _torch, "pip install torch==2.13.0 (the CPU wheel)", results)
     _check("faiss", _faiss, "pip install faiss-cpu", results)
     for mod in ("dspy", "colbert", "xllamacpp", "sentence_transformers", "bm25s", "optuna"):
         _check(mod, lambda m=mod: getattr(importlib.import_module(m), "__version__", "ok"),

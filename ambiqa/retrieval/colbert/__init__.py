@@ -36,7 +36,8 @@ its process is gone) and never a half-built index under ``<name>``.
 
 Indexing text is colbert-ai's own title handling: ``"title | text"``.
 
-CPU settings (DESIGN.md): ``RunConfig(gpus=0, avoid_fork_if_possible=True, amp=False)``,
+CPU settings (DESIGN.md): ``RunConfig(gpus=0, avoid_fork_if_possible=True, amp=False)``
+(where torch sees GPUs, ``gpus`` is their count and colbert-ai runs on them: :mod:`.devices`),
 ``overwrite="force_silent_overwrite"`` (``True`` sleeps 20 s), a local checkpoint directory
 (otherwise the tokenizer looks up bert-base-uncased online) and ``TORCH_EXTENSIONS_DIR`` under
 ``$AMBIQA_CACHE`` (four C++ extensions compile on first use, ~30 s each, then stay cached).

@@ -182,7 +182,9 @@ def colbert_fixes(kmeans_share: float | None = None) -> Iterator[None]:
     """Patch colbert-ai's indexer for the duration of a build.
 
     * held-out residual sample cut to what ``torch.quantile`` accepts (large-dim checkpoints);
-    * the k-means sample and the number of centroids (see :func:`kmeans_sample_size`).
+    * the k-means sample and the number of centroids (see :func:`kmeans_sample_size`);
+    * on a GPU machine whose faiss has no GPU, k-means on the GPU
+      (:func:`ambiqa.retrieval.colbert.devices.gpu_kmeans`); the CPU path is unchanged.
     """
     from colbert.indexing.collection_indexer import CollectionIndexer
 
@@ -211,11 +213,23 @@ def colbert_fixes(kmeans_share: float | None = None) -> Iterator[None]:
     CollectionIndexer._compute_avg_residual = _compute_avg_residual
     CollectionIndexer._sample_pids = _sample_pids
     CollectionIndexer._save_plan = _save_plan
+    import colbert.indexing.collection_indexer as collection_indexer
+
+    from ambiqa.retrieval.colbert.devices import (
+        compute_kmeans_on_gpu,
+        faiss_has_gpu,
+        visible_gpus,
+    )
+
+    kmeans = collection_indexer.compute_faiss_kmeans
+    if visible_gpus() and not faiss_has_gpu():  # GPU k-means where faiss has no GPU
+        collection_indexer.compute_faiss_kmeans = compute_kmeans_on_gpu
     try:
         yield
     finally:
         for name, fn in originals.items():
             setattr(CollectionIndexer, name, fn)
+        collection_indexer.compute_faiss_kmeans = kmeans
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,9 +267,10 @@ def run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_ma
     from colbert.indexer import Indexer
     from colbert.infra import ColBERTConfig, Run, RunConfig
 
-    run_config = RunConfig(nranks=nranks, gpus=0, avoid_fork_if_possible=True, amp=False,
-                           root=str(index_dir), experiment="colbert-run",
-                           index_root=str(index_dir.parent))
+    from ambiqa.retrieval.colbert.devices import run_config_kwargs
+
+    run_config = RunConfig(**run_config_kwargs(  # the GPUs torch sees, else the CPU
+        nranks, root=str(index_dir), experiment="colbert-run", index_root=str(index_dir.parent)))
     with Run().context(run_config):
         config = ColBERTConfig(nbits=nbits, doc_maxlen=doc_maxlen, checkpoint=str(checkpoint),
                                index_path=str(index_dir))

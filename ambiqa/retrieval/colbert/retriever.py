@@ -225,7 +225,9 @@ class ColBERTRetriever(SharedResource):
             log_fh: IO[str] = open(log_path, "a", encoding="utf-8")  # noqa: SIM115
         except OSError:  # a read-only shared index
             log_fh = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
-        run_config = RunConfig(nranks=1, gpus=0, avoid_fork_if_possible=True, amp=False)
+        from ambiqa.retrieval.colbert.devices import run_config_kwargs
+
+        run_config = RunConfig(**run_config_kwargs(nranks=1))  # the GPUs torch sees, else CPU
         with log_fh, contextlib.redirect_stdout(log_fh), contextlib.redirect_stderr(log_fh), \
                 warnings.catch_warnings(), Run().context(run_config):
             warnings.simplefilter("ignore")
