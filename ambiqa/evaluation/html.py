@@ -200,6 +200,7 @@ details{margin:.4em 0 .8em;padding:.3em .8em;border:1px solid #e5e8eb;border-rad
 details>summary{cursor:pointer;font-weight:600}
 p.note,p.muted{color:#57606a;font-size:.9em}
 .missing{color:#a40e26}
+nav.toc{font-size:.9em;margin:.2em 0 1em}nav.toc a{color:#4C72B0;text-decoration:none}
 """
 
 
@@ -291,7 +292,15 @@ def render_html(doc: Document, base_dir: Path) -> str:
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{esc(doc.title)}</title><style>{CSS}</style></head><body>",
            f'<h1 id="{_slug(doc.title, used)}">{esc(doc.title)}</h1>']
+    body: list[str] = []
     for b in doc.blocks:
-        _html_block(b, base_dir, out, used)
+        _html_block(b, base_dir, body, used)
+    # a contents line of the sections (in-page links only)
+    sections = [(m.group(1), m.group(2)) for line in body
+                if (m := re.match(r'<h2 id="([^"]+)">(.*)</h2>$', line))]
+    if len(sections) > 2:
+        out.append('<nav class="toc">' + " · ".join(f'<a href="#{sid}">{text}</a>'
+                                                    for sid, text in sections) + "</nav>")
+    out += body
     out.append("</body></html>")
     return "\n".join(out) + "\n"

@@ -414,7 +414,7 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
                  worst_metric: str | None = None) -> Any:
     """The run report as a :class:`ambiqa.evaluation.html.Document` (rendered to both
     ``report.md`` and ``report.html``)."""
-    from ambiqa.evaluation.html import Bullets, Document, Heading, Image, Para, Table
+    from ambiqa.evaluation.html import Bullets, Code, Document, Heading, Image, Para, Table
 
     run = summary.get("run", {})
     doc = Document(f"{program_label(run.get('program') or '?')} on {run.get('data', '?')}")
@@ -434,12 +434,13 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
           str(m.get("failed", 0)), _fmt(m.get("mean_excl_failed")),
           str(m.get("n_scored", m["n"]))] for name, m in summary["metrics"].items()],
         "lrnrrrr"))
-    doc.add(Para("Value: over all n examples, an example whose program or scoring failed "
-                 "scoring 0; \"excl. failed\": over the examples that did not fail. Means of "
-                 "per-question scores, except DR = sqrt(mean D-F1 × mean ROUGE-L) over the set "
-                 "(the ASQA scorer's definition; the per-question root is kept as `dr_q` for "
-                 "plots only). CI: 95% BCa bootstrap over the examples (scipy.stats.bootstrap, "
-                 "2000 resamples); [–]: no interval under 3 examples."))
+    doc.add(Para(["Value: over all n examples, an example whose program or scoring failed "
+                  "scoring 0; \"excl. failed\": over the examples that did not fail. Means of "
+                  "per-question scores, except DR = sqrt(mean D-F1 × mean ROUGE-L) over the "
+                  "set (the ASQA scorer's definition; the per-question root is kept as ",
+                  Code("dr_q"), " for plots only). CI: 95% BCa bootstrap over the examples "
+                  "(scipy.stats.bootstrap, 2000 resamples); [–]: no interval under 3 "
+                  "examples."]))
     if "metric distributions" in plots:
         doc.add(Image("metric distributions", plots["metric distributions"]))
         explain = ["Each panel: how the questions' scores spread, with the value of the table "

@@ -51,6 +51,13 @@ def test_markdown_keeps_tables_whole_and_opens_no_raw_tag(tmp_path):
     assert "![missing plot](plots/none.png)" in md
 
 
+def test_sections_get_an_in_page_contents_line(tmp_path):
+    doc = Document("t").add(*(Heading(2, f"Part <{k}>") for k in range(3)))
+    page = doc.html(tmp_path)
+    assert '<nav class="toc"><a href="#part-0">Part &lt;0&gt;</a> · ' in page
+    assert '<h2 id="part-2">Part &lt;2&gt;</h2>' in page
+
+
 def test_an_existing_png_is_embedded_as_base64(tmp_path):
     png = tmp_path / "plots" / "p.png"
     png.parent.mkdir()
