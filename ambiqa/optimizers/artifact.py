@@ -41,17 +41,16 @@ from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json
-from ambiqa.optimizers.manifest import Manifest
+from ambiqa.optimizers.manifest import OPTIONAL_KEYS, REQUIRED_KEYS, Manifest
 
 log = logging.getLogger(__name__)
 
 FORMAT = "ambiqa-artifact"
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-REQUIRED_MANIFEST_KEYS = ("program", "program_config", "ambiqa_version", "lm", "retriever",
-                          "metric", "optimizer", "created")
-OPTIONAL_MANIFEST_KEYS = ("dspy_version", "reader", "train", "dev", "scores", "optuna",
-                          "demos_per_predictor", "compile_cost", "data_guard")
+# the manifest's keys and checks live with its type (ambiqa.optimizers.manifest)
+REQUIRED_MANIFEST_KEYS = REQUIRED_KEYS
+OPTIONAL_MANIFEST_KEYS = OPTIONAL_KEYS
 #: what dspy 3.4's ``Predict.dump_state`` writes per predictor; ``lm`` is accepted only as null
 PREDICTOR_STATE_KEYS = frozenset({"demos", "traces", "train", "signature", "fields", "lm"})
 SIGNATURE_STATE_KEYS = frozenset({"instructions", "fields"})
@@ -63,8 +62,6 @@ MAX_ARTIFACT_MB = 16.0
 MAX_ARTIFACT_ENV = "AMBIQA_MAX_ARTIFACT_MB"
 #: deepest JSON nesting an artifact may have (real ones are under 10 levels deep)
 MAX_ARTIFACT_DEPTH = 64
-#: program_config keys that are not settings: the loader passes these itself
-RESERVED_CONFIG_KEYS = frozenset({"retriever"})
 
 
 def max_artifact_bytes() -> int:
@@ -176,68 +173,13 @@ def validate_artifact(doc: Any, path: Path | str = "<artifact>") -> None:
         raise ArtifactError(f"{path}: manifest is missing {', '.join(missing_m)}")
     if not isinstance(doc["state"], dict):
         raise ArtifactError(f"{path}: state must be an object")
-    if not isinstance(manifest.get("optimizer"), dict):
-        raise ArtifactError(f"{path}: manifest.optimizer must be an object")
-    extra_m = set(manifest) - set(REQUIRED_MANIFEST_KEYS) - set(OPTIONAL_MANIFEST_KEYS)
-    if extra_m:
-        log.warning("%s: unknown manifest keys %s (ignored)", path, sorted(extra_m))
-    check_manifest_types(manifest, path)
+    # field types, program_config and retriever checked by the one manifest type; absent
+    # optional keys read as null, unknown keys warn and are kept
+    doc["manifest"] = Manifest.from_dict(manifest, path).to_dict()
     if version != SCHEMA_VERSION:
         log.warning("%s: schema version %s is older than %s; reading it with the missing "
                     "optional fields set to null", path, version, SCHEMA_VERSION)
         doc["schema_version"] = SCHEMA_VERSION
-    for key in OPTIONAL_MANIFEST_KEYS:
-        manifest.setdefault(key, None)
-
-
-#: manifest key -> (allowed JSON types, what the error names); absent keys are checked
-#: elsewhere (required) or default to null (optional)
-_MANIFEST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "program": ((str,), "a program name"),
-    "program_config": ((dict, type(None)), "an object of settings"),
-    "ambiqa_version": ((str, type(None)), "a version string"),
-    "dspy_version": ((str, type(None)), "a version string"),
-    "lm": ((str, type(None)), "an LM id string"),
-    "retriever": ((dict, type(None)), "an object {kind, index, fingerprint}"),
-    "metric": ((str, type(None)), "a metric name"),
-    "reader": ((str, type(None)), "a reader name"),
-    "train": ((str, list, type(None)), "a data spec string"),
-    "dev": ((str, list, type(None)), "a data spec string"),
-    "scores": ((dict, type(None)), "an object of scores"),
-    "optimizer": ((dict,), "an object"),
-    "optuna": ((dict, type(None)), "an object"),
-    "demos_per_predictor": ((dict, int, type(None)), "an object or a count"),
-    "compile_cost": ((dict, type(None)), "an object"),
-    "created": ((str, type(None)), "a timestamp string"),
-}
-
-
-def check_manifest_types(manifest: dict[str, Any], path: Path | str = "<artifact>") -> None:
-    """Each manifest field of the type the loader expects, and a ``program_config`` that
-    holds only settings (no ``retriever``: the loader passes the retriever itself). One line
-    naming the field, so a hand-edited artifact fails here, not deep inside a constructor."""
-    for key, (types, what) in _MANIFEST_TYPES.items():
-        if key in manifest and (not isinstance(manifest[key], types)
-                                or isinstance(manifest[key], bool)):
-            raise ArtifactError(f"{path}: manifest.{key} must be {what}, got "
-                                f"{type(manifest[key]).__name__}",
-                                hint="re-create the artifact with `ambiqa compile`")
-    config = manifest.get("program_config") or {}
-    reserved = sorted(RESERVED_CONFIG_KEYS & set(config))
-    if reserved:
-        raise ArtifactError(f"{path}: manifest.program_config sets {', '.join(reserved)}, "
-                            "which is not a program setting",
-                            hint="remove it; the index comes from manifest.retriever or "
-                                 "ambiqa.load(path, retriever=...)")
-    bad = sorted(k for k in config if not isinstance(k, str) or not k.isidentifier())
-    if bad:
-        raise ArtifactError(f"{path}: manifest.program_config has invalid setting name(s) "
-                            f"{', '.join(map(repr, bad))}")
-    info = manifest.get("retriever") or {}
-    for key in ("kind", "index", "fingerprint"):
-        if info.get(key) is not None and not isinstance(info[key], str):
-            raise ArtifactError(f"{path}: manifest.retriever.{key} must be a string, got "
-                                f"{type(info[key]).__name__}")
 
 
 def _check_signature_state(name: str, sig: dict[str, Any], path: Path | str) -> None:
