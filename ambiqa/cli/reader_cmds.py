@@ -27,7 +27,15 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
                       seed=args.seed, max_length=args.max_length, doc_stride=args.doc_stride,
                       removed_negatives=args.removed_negatives,
                       asqa_passages=args.asqa_passages, hotpotqa=args.hotpotqa or "",
-                      holdout=args.holdout)
+                      holdout=args.holdout, ambignq=args.ambignq or "",
+                      corpus=args.corpus or "", long_answer_repeat=args.long_answer_repeat,
+                      ambignq_lists=args.ambignq_lists)
+    if args.pack:
+        from ambiqa.evaluation.reader_training import pack_for_device
+
+        pack_for_device(args.pack, config=cfg, limit=args.limit,
+                        log=lambda m: print(m, flush=True))
+        return 0
     manifest = train_reader(out, config=cfg, dev=None if args.no_validate else args.dev,
                             limit=args.limit, threads=args.threads, save_every=args.save_every,
                             max_minutes=args.max_minutes, stop_at_step=args.stop_at_step,
@@ -37,6 +45,38 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
                             calibration_sample=args.calibration_sample)
     print(f"reader {manifest['name']} written to {out} ({manifest['steps']} steps, "
           f"{manifest['train_s'] / 60:.1f} min)")
+    return 0
+
+
+def cmd_reader_finish(args: argparse.Namespace) -> int:
+    from ambiqa.errors import ConfigError
+    from ambiqa.evaluation.extractive import readers_dir
+    from ambiqa.evaluation.reader_training import finish_from_device
+
+    src = Path(args.device_out).expanduser()
+    try:
+        summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"no readable summary.json in {src}: {exc}",
+                          hint="give the output directory of benchmarks/reader_gpu_train.py"
+                          ) from exc
+    runs = summary.get("runs") or []
+    if args.run:
+        runs = [r for r in runs if r.get("name") == args.run]
+    if not runs:
+        raise ConfigError(f"--run {args.run!r} is not in {src / 'summary.json'}",
+                          hint="pick a name from its runs")
+    run = max(runs, key=lambda r: r.get("best_f1", -1))
+    run = {**run, "device": summary.get("device"), "torch": summary.get("torch")}
+    out = Path(args.out).expanduser() if args.out else readers_dir() / args.name
+    manifest = finish_from_device(out, [src / s for s in run["shards"]], pack=args.pack,
+                                  run=run, dev=None if args.no_validate else args.dev,
+                                  threads=args.threads, log=lambda m: print(m, flush=True),
+                                  command="ambiqa " + " ".join(shlex.quote(a)
+                                                               for a in sys.argv[1:]))
+    print(f"reader {manifest['name']} written to {out} (run {run['name']}, epoch "
+          f"{run.get('best_epoch')}, null threshold "
+          f"{(manifest.get('calibration') or {}).get('null_threshold')})")
     return 0
 
 
@@ -110,6 +150,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--holdout", type=int, default=0,
                    help="keep the last N --train questions out of training: their grounding "
                         "passages are the training-split validation set in the manifest")
+    t.add_argument("--ambignq", default=None, metavar="SPEC",
+                   help="add distant supervision from an AmbigNQ training split, e.g. "
+                        "ambignq:train_light: its disambiguated questions over --corpus "
+                        "passages that contain their answers (evaluation questions dropped)")
+    t.add_argument("--corpus", default=None, metavar="FILE",
+                   help="passage corpus (JSONL) that --ambignq reads")
+    t.add_argument("--ambignq-lists", action="store_true",
+                   help="with --ambignq: also its multi-interpretation questions as "
+                        "long-answer-like lists (one sentence per interpretation)")
+    t.add_argument("--long-answer-repeat", type=int, default=1,
+                   help="times the ASQA long-answer examples appear per epoch (the text D-F1 "
+                        "reads; the other sources are larger)")
+    t.add_argument("--pack", default=None, metavar="DIR",
+                   help="do not train: write the pre-tokenised examples and a half-precision "
+                        "encoder to DIR for benchmarks/reader_gpu_train.py on another machine "
+                        "(then `ambiqa reader finish`)")
     t.add_argument("--limit", type=int, default=None, help="use the first N training questions")
     t.add_argument("--threads", type=int, default=2, help="torch threads")
     t.add_argument("--save-every", type=int, default=25, help="steps between resumable saves")
@@ -135,6 +191,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--no-validate", action="store_true")
     c.add_argument("--threads", type=int, default=2)
     c.set_defaults(fn=cmd_reader_calibrate)
+
+    f = rsub.add_parser("finish", help="make a reader checkpoint from weights trained by "
+                                       "benchmarks/reader_gpu_train.py on a pack")
+    f.add_argument("device_out", help="the device script's output directory (summary.json "
+                                      "and the best-<run>-NN.safetensors shards)")
+    f.add_argument("--pack", required=True, help="the pack the weights were trained from")
+    f.add_argument("--run", default=None, help="which run of summary.json (default: the best "
+                                               "on the holdout)")
+    f.add_argument("--name", default="minilm-asqa-v3",
+                   help="checkpoint name under $AMBIQA_CACHE/readers")
+    f.add_argument("--out", default=None, help="output directory (outside any git checkout)")
+    f.add_argument("--dev", default="asqa:dev")
+    f.add_argument("--no-validate", action="store_true")
+    f.add_argument("--threads", type=int, default=2)
+    f.set_defaults(fn=cmd_reader_finish)
 
     i = rsub.add_parser("info", help="check a reader checkpoint and print its manifest")
     i.add_argument("path", nargs="?", default=None,

@@ -110,7 +110,13 @@ def locate_answer(context: str, aliases: Sequence[str]) -> tuple[int, int] | Non
     runs from the first matched word to the last, trimmed of outer punctuation, so it is a
     substring of ``context`` a SQuAD-style label can point at.
     """
-    toks = normalized_tokens(context)
+    return locate_answer_in_tokens(context, normalized_tokens(context), aliases)
+
+
+def locate_answer_in_tokens(context: str, toks: Sequence[tuple[str, int, int]],
+                            aliases: Sequence[str]) -> tuple[int, int] | None:
+    """:func:`locate_answer` with ``normalized_tokens(context)`` already computed (distant
+    supervision reads each corpus passage for many questions)."""
     words = [t[0] for t in toks]
     best: tuple[int, int, int] | None = None  # (position, -alias length, alias index)
     best_span: tuple[int, int] | None = None

@@ -30,6 +30,7 @@ class ReaderExample:
     answer: str
     answer_start: int | None
     aliases: list[str]
+    source: str = ""  # which training source made it (set by training_examples)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
@@ -186,39 +187,81 @@ def training_examples(cfg: TrainConfig, limit: int | None = None
                       ) -> tuple[list[ReaderExample], dict[str, Any]]:
     """All training examples ``cfg`` asks for, and counts per source.
 
-    Sources: ``long_answers`` (always, from ``cfg.train``), ``asqa_passages`` (if
-    ``cfg.asqa_passages``: the grounding passages of the same training questions) and
-    ``hotpotqa`` (if ``cfg.hotpotqa`` names a HotpotQA training split). The last
-    ``cfg.holdout`` questions of ``cfg.train`` are left out of every source: they are the
-    training-split validation set (:func:`holdout_examples`). Every split must be a training
-    split; evaluation data is refused.
+    Sources: ``long_answers`` (always, from ``cfg.train``; repeated ``cfg.long_answer_repeat``
+    times, the in-domain text D-F1 reads), ``asqa_passages`` (if ``cfg.asqa_passages``: the
+    grounding passages of the same training questions), ``hotpotqa`` (if ``cfg.hotpotqa``
+    names a HotpotQA training split) and ``ambignq`` (if ``cfg.ambignq`` names an AmbigNQ
+    training split: distant supervision over ``cfg.corpus``). The last ``cfg.holdout``
+    questions of ``cfg.train`` are left out of every source (AmbigNQ records sharing one of
+    their questions too): they are the training-split validation set
+    (:func:`holdout_examples`). Every split must be a training split; evaluation data is
+    refused, and any record sharing a question with an evaluation split
+    (:data:`GUARDED_EVAL_SPECS`) is dropped and counted (``excluded_eval_overlap``).
     """
     from ambiqa.data.specs import is_training_split, load_dataset
 
-    for spec in (cfg.train, cfg.hotpotqa):
+    for spec in (cfg.train, cfg.hotpotqa, cfg.ambignq):
         if spec and not is_training_split(spec):
             raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
-                              hint="use training splits, e.g. asqa:train, hotpotqa:train")
-    records = list(load_dataset(cfg.train))
+                              hint="use training splits, e.g. asqa:train, hotpotqa:train, "
+                                   "ambignq:train_light")
+    banned = evaluation_questions()
+    all_records = list(load_dataset(cfg.train))
+    records, dropped = drop_eval_overlap(all_records, banned)
     if limit:
         records = records[:limit]
+    held_keys: set[str] = set()
     if cfg.holdout:
+        held = records[-cfg.holdout:] if cfg.holdout < len(records) else records
+        for rec in held:
+            held_keys |= record_questions(rec)
         records = records[:-cfg.holdout] if cfg.holdout < len(records) else []
     examples, counts = build_examples(records, removed_negatives=cfg.removed_negatives,
                                       seed=cfg.seed)
-    per_source: dict[str, Any] = {**counts, "long_answers_source": dict(counts)}
+    long_source = dict(counts)
+    _tag(examples, "long_answers")
+    examples = examples * max(1, cfg.long_answer_repeat)
+    per_source: dict[str, Any] = {**counts, "long_answers_source": long_source,
+                                  "long_answer_repeat": max(1, cfg.long_answer_repeat),
+                                  "excluded_eval_overlap": {cfg.train: dropped}}
     if cfg.asqa_passages:
         extra, c = build_passage_examples(records, seed=cfg.seed)
-        examples += extra
+        examples += _tag(extra, "asqa_passages")
         per_source["asqa_passages"] = c
     if cfg.hotpotqa:
-        hot = list(load_dataset(cfg.hotpotqa))
+        hot, dropped = drop_eval_overlap(list(load_dataset(cfg.hotpotqa)), banned)
+        per_source["excluded_eval_overlap"][cfg.hotpotqa] = dropped
         if limit:
             hot = hot[:limit]
         extra, c = build_hotpot_examples(hot, seed=cfg.seed)
-        examples += extra
+        examples += _tag(extra, "hotpotqa")
         per_source["hotpotqa"] = c
+    if cfg.ambignq:
+        from ambiqa.data.corpus import load_corpus
+
+        amb, dropped = drop_eval_overlap(list(load_dataset(cfg.ambignq)), banned | held_keys)
+        per_source["excluded_eval_overlap"][cfg.ambignq] = dropped
+        if limit:
+            amb = amb[:limit]
+        if not cfg.corpus:
+            raise ConfigError("--ambignq needs a passage corpus (--corpus FILE.jsonl)")
+        index = PassageIndex(load_corpus(cfg.corpus))
+        extra, c = build_ambignq_examples(amb, index, seed=cfg.seed)
+        examples += _tag(extra, "ambignq")
+        per_source["ambignq"] = c
+        if cfg.ambignq_lists:
+            extra, c = build_ambignq_list_examples(amb, removed_negatives=cfg.removed_negatives,
+                                                   seed=cfg.seed)
+            examples += _tag(extra, "ambignq_lists")
+            per_source["ambignq_lists"] = c
+    assert_no_eval_questions(examples, banned | held_keys)
     return examples, per_source
+
+
+def _tag(examples: list[ReaderExample], source: str) -> list[ReaderExample]:
+    for e in examples:
+        e.source = source
+    return examples
 
 
 def holdout_examples(cfg: TrainConfig) -> list[ReaderExample]:
@@ -273,3 +316,266 @@ def featurize(tokenizer: Any, examples: Sequence[ReaderExample], *, max_length: 
             w.meta = {"start": start, "end": end, "qid": ex.qid}
             feats.append(w)
     return feats
+
+
+# --------------------------------------------------------------------------------------------
+# evaluation-question guard
+# --------------------------------------------------------------------------------------------
+
+#: the evaluation splits whose questions may never reach a reader's training data
+GUARDED_EVAL_SPECS: tuple[str, ...] = ("asqa:dev", "ambignq:dev_light", "ambignq:dev",
+                                       "hotpotqa:dev")
+
+
+def question_key(text: str) -> str:
+    """A question as compared for leaks: lowercase, punctuation dropped, spaces collapsed."""
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in str(text).lower()).split())
+
+
+def record_questions(rec: Any) -> set[str]:
+    """Every question a record shows a reader (ambiguous and disambiguated), as keys."""
+    keys = {question_key(_field(rec, "question") or "")}
+    for pair in _field(rec, "qa_pairs") or []:
+        keys.add(question_key(pair.get("question") or ""))
+    keys.discard("")
+    return keys
+
+
+def evaluation_questions(specs: Sequence[str] = GUARDED_EVAL_SPECS) -> set[str]:
+    """The question keys of every evaluation split in ``specs`` that exists on this machine.
+
+    A missing file is skipped (a user may lack AmbigNQ dev); anything else propagates. Used
+    to drop any training record that shares a question with evaluation data: ASQA dev is built
+    from AmbigNQ, so AmbigNQ's *training* file could in principle hold a dev question.
+    """
+    from ambiqa.data.specs import load_dataset
+    from ambiqa.errors import DataError
+
+    keys: set[str] = set()
+    for spec in specs:
+        try:
+            records = load_dataset(spec)
+        except (DataError, FileNotFoundError):
+            continue
+        for rec in records:
+            keys |= record_questions(rec)
+    return keys
+
+
+def drop_eval_overlap(records: Sequence[Any], banned: set[str]) -> tuple[list[Any], int]:
+    """``records`` without those sharing any question with ``banned``; and how many were
+    dropped."""
+    kept = [r for r in records if not (record_questions(r) & banned)]
+    return kept, len(records) - len(kept)
+
+
+def assert_no_eval_questions(examples: Sequence[ReaderExample], banned: set[str]) -> None:
+    """Refuse training data that holds an evaluation question (the last line of defence)."""
+    leaked = [e.qid for e in examples if question_key(e.question) in banned]
+    if leaked:
+        raise ConfigError(f"{len(leaked)} reader training examples ask an evaluation question "
+                          f"(first: {leaked[0]})",
+                          hint="train on training splits only; the evaluation questions are "
+                               "those of " + ", ".join(GUARDED_EVAL_SPECS))
+
+
+# --------------------------------------------------------------------------------------------
+# distant supervision: AmbigNQ training questions over corpus passages
+# --------------------------------------------------------------------------------------------
+
+_STOP = frozenset("""a an the of in on at to for from by with and or is are was were be been
+who what when where which why how whom whose did do does has have had will would can could
+that this these those it its as into than then there their they he she his her him i you we
+first last new name named called""".split())
+
+
+class PassageIndex:
+    """A small inverted index over corpus passages for distant supervision.
+
+    Holds each passage's SQuAD-normalised tokens once (span finding then costs no
+    re-tokenising) and an IDF-weighted word index, so a question's most word-sharing passages
+    are found without scanning the corpus.
+    """
+
+    def __init__(self, passages: Sequence[Any]) -> None:
+        import math
+        from collections import defaultdict
+
+        from ambiqa.evaluation.extractive import normalized_tokens
+
+        self.texts: list[str] = []
+        self.toks: list[list[tuple[str, int, int]]] = []
+        postings: dict[str, set[int]] = defaultdict(set)
+        for p in passages:
+            text = str(_field(p, "text") or "")
+            title = str(_field(p, "title") or "")
+            i = len(self.texts)
+            self.texts.append(text)
+            toks = normalized_tokens(text)
+            self.toks.append(toks)
+            for w in {t[0] for t in toks} | {t[0] for t in normalized_tokens(title)}:
+                if w not in _STOP:
+                    postings[w].add(i)
+        n = max(1, len(self.texts))
+        self.postings = dict(postings)
+        self.idf = {w: math.log(n / len(ids)) for w, ids in self.postings.items()}
+
+    def search(self, question: str, k: int = 20, min_share: float = 0.5
+               ) -> list[tuple[int, float]]:
+        """Passages sharing at least ``min_share`` of the question's IDF weight, best first."""
+        from collections import Counter
+
+        from ambiqa.evaluation.extractive import normalized_tokens
+
+        words = {t[0] for t in normalized_tokens(question)} - _STOP
+        words = {w for w in words if w in self.postings}
+        total = sum(self.idf[w] for w in words)
+        if total <= 0:
+            return []
+        score: Counter[int] = Counter()
+        for w in words:
+            if self.idf[w] < 0.5:  # in most passages: says nothing about relevance
+                continue
+            for i in self.postings[w]:
+                score[i] += self.idf[w]
+        return [(i, s / total) for i, s in score.most_common(k) if s / total >= min_share]
+
+    def locate(self, i: int, aliases: Sequence[str]) -> tuple[int, int] | None:
+        """:func:`locate_answer` on passage ``i`` with its cached tokens."""
+        from ambiqa.evaluation.extractive import locate_answer_in_tokens
+
+        return locate_answer_in_tokens(self.texts[i], self.toks[i], aliases)
+
+
+def build_ambignq_examples(records: Sequence[Any], index: PassageIndex, *,
+                           positives_per_pair: int = 1, negatives_per_pair: int = 1,
+                           sibling_contexts: bool = True, k: int = 20,
+                           min_share: float = 0.5, seed: int = 0
+                           ) -> tuple[list[ReaderExample], dict[str, int]]:
+    """Distantly supervised examples: AmbigNQ *training* disambiguated questions over corpus
+    passages that contain their answers.
+
+    For each disambiguated question (``qa_pairs``), the corpus passages sharing most of its
+    IDF-weighted words (:meth:`PassageIndex.search`) are read: up to ``positives_per_pair``
+    of them that contain one of the pair's short answers are answerable examples; the best
+    word-sharing passage that contains none is a no-answer example (often it answers a sibling
+    interpretation -- the case D-F1 must score 0), kept only for a pair that found an
+    answer-bearing passage (otherwise the corpus hardly covers the topic). With
+    ``sibling_contexts``, a pair whose sibling interpretation also found a passage gets one
+    more example: both passages joined
+    in a seeded order, labelled with *this* pair's answer -- a context stating several
+    interpretations, like an ASQA long answer. Counts: ``pairs``, ``answerable``,
+    ``no_answer``, ``sibling``, ``no_passage`` (pairs with no answer-bearing passage).
+    """
+    out: list[ReaderExample] = []
+    counts = {"questions": 0, "pairs": 0, "answerable": 0, "no_answer": 0, "sibling": 0,
+              "no_passage": 0}
+    rng = random.Random(seed)
+    for n, rec in enumerate(records):
+        rid = str(_field(rec, "id") or n)
+        counts["questions"] += 1
+        found: list[tuple[int, str, list[str], int]] = []  # (pair, question, aliases, passage)
+        for k_pair, pair in enumerate(_field(rec, "qa_pairs") or []):
+            question = str(pair.get("question") or "").strip()
+            aliases = [str(x) for x in (pair.get("short_answers") or []) if str(x).strip()]
+            if not question or not aliases:
+                continue
+            counts["pairs"] += 1
+            pos: list[ReaderExample] = []
+            neg: list[ReaderExample] = []
+            for i, _share in index.search(question, k=k, min_share=min_share):
+                span = index.locate(i, aliases)
+                text = index.texts[i]
+                if span is not None and len(pos) < positives_per_pair:
+                    pos.append(ReaderExample(f"ambignq:{rid}/{k_pair}/p{i}", question, text,
+                                             text[span[0]:span[1]], span[0], aliases))
+                    found.append((k_pair, question, aliases, i))
+                elif span is None and len(neg) < negatives_per_pair:
+                    neg.append(ReaderExample(f"ambignq:{rid}/{k_pair}/n{i}", question, text,
+                                             "", None, aliases))
+                if len(pos) >= positives_per_pair and len(neg) >= negatives_per_pair:
+                    break
+            if not pos:  # no passage answers it: its negatives would be off-topic noise
+                counts["no_passage"] += 1
+                continue
+            counts["answerable"] += len(pos)
+            counts["no_answer"] += len(neg)
+            out += pos + neg
+        if not sibling_contexts:
+            continue
+        for k_pair, question, aliases, i in found:
+            others = [j for kk, _q, _a, j in found if kk != k_pair and j != i]
+            if not others:
+                continue
+            j = rng.choice(others)
+            parts = [index.texts[i], index.texts[j]]
+            rng.shuffle(parts)
+            context = " ".join(parts)
+            from ambiqa.evaluation.extractive import locate_answer
+
+            span = locate_answer(context, aliases)
+            if span is None:
+                continue
+            counts["sibling"] += 1
+            out.append(ReaderExample(f"ambignq:{rid}/{k_pair}/s{i}-{j}", question, context,
+                                     context[span[0]:span[1]], span[0], aliases))
+    return out, counts
+
+
+_WH = re.compile(r"^\s*(who|whom|whose|what|which|when|where|why|how( many| much| long| old)?)"
+                 r"(\s+(is|are|was|were|did|does|do|has|have|had))?\s+", re.IGNORECASE)
+
+
+def statement_of(question: str) -> str:
+    """A disambiguated question turned into the stem of a statement ("When did X air as a
+    show?" -> "X air as a show"), so a list of them reads like an answer, not a question
+    list the reader could match by copying."""
+    stem = _WH.sub("", str(question).strip()).rstrip(" ?")
+    return stem[:1].upper() + stem[1:] if stem else stem
+
+
+def build_ambignq_list_examples(records: Sequence[Any], *, removed_negatives: float = 0.33,
+                                seed: int = 0) -> tuple[list[ReaderExample], dict[str, int]]:
+    """Long-answer-like contexts from AmbigNQ *training* questions with several
+    interpretations: one sentence per disambiguated question (its statement stem, then its
+    first short answer), in a seeded order, e.g. "The Simpsons first air on television as an
+    animated short on the Tracey Ullman Show: April 19, 1987. ...". Every pair is asked
+    against the list (the reader must pick *its* interpretation among siblings that look
+    alike -- what D-F1 asks of an ASQA long answer); with ``removed_negatives`` a share of
+    pairs is also asked against the list without its sentence (no-answer, kept only when no
+    alias survives). Counts: ``questions`` (with 2+ pairs), ``answerable``, ``no_answer``.
+    """
+    from ambiqa.evaluation.extractive import locate_answer
+
+    out: list[ReaderExample] = []
+    counts = {"questions": 0, "answerable": 0, "no_answer": 0}
+    rng = random.Random(seed)
+    for n, rec in enumerate(records):
+        rid = str(_field(rec, "id") or n)
+        pairs = []
+        for pair in _field(rec, "qa_pairs") or []:
+            question = str(pair.get("question") or "").strip()
+            aliases = [str(x) for x in (pair.get("short_answers") or []) if str(x).strip()]
+            if question and aliases:
+                pairs.append((question, aliases))
+        if len(pairs) < 2:
+            continue
+        counts["questions"] += 1
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        sentences = {k: f"{statement_of(pairs[k][0])}: {pairs[k][1][0]}." for k in order}
+        context = " ".join(sentences[k] for k in order)
+        for k, (question, aliases) in enumerate(pairs):
+            span = locate_answer(context, aliases)
+            if span is None:
+                continue
+            counts["answerable"] += 1
+            out.append(ReaderExample(f"ambignq-list:{rid}/{k}", question, context,
+                                     context[span[0]:span[1]], span[0], aliases))
+            if removed_negatives > 0 and rng.random() < removed_negatives:
+                rest = " ".join(sentences[j] for j in order if j != k)
+                if rest and locate_answer(rest, aliases) is None:
+                    counts["no_answer"] += 1
+                    out.append(ReaderExample(f"ambignq-list:{rid}/{k}/removed", question,
+                                             rest, "", None, aliases))
+    return out, counts

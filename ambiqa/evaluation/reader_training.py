@@ -114,6 +114,10 @@ class TrainConfig:
     asqa_passages: bool = False  # add ASQA's grounding passages as a source
     hotpotqa: str = ""  # a HotpotQA training split to add as a source ("" = none)
     holdout: int = 0  # last N questions of `train` kept out as training-split validation
+    ambignq: str = ""  # an AmbigNQ training split for distant supervision ("" = none)
+    corpus: str = ""  # the passage corpus (JSONL) that distant supervision reads
+    long_answer_repeat: int = 1  # times the ASQA long-answer examples appear per epoch
+    ambignq_lists: bool = False  # + AmbigNQ interpretation lists as long-answer-like contexts
 
 
 def _save_state(work: Path, model: Any, optim: Any, progress: dict[str, Any]) -> None:
@@ -324,7 +328,7 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
             counts: dict[str, int], step: int, total: int, train_s: float, cut: bool,
             steps_per_epoch: int, n_feats: int, limit: int | None, dev: str | None,
             threads: int, log: Callable[[str], None], command: str | None = None,
-            calibration_sample: int = 400) -> dict[str, Any]:
+            calibration_sample: int = 400, validate_after: bool = True) -> dict[str, Any]:
     """Write the final checkpoint and a provisional manifest, then calibrate and validate."""
     from ambiqa.fsutil import atomic_write, atomic_write_text
 
@@ -362,6 +366,8 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
     # validation; its weights are final already.
     atomic_write_json(manifest_path, manifest)
     shutil.rmtree(work, ignore_errors=True)
+    if not validate_after:
+        return manifest
     return calibrate_and_validate(out, dev=dev, threads=threads, log=log,
                                   calibration_sample=calibration_sample, limit=limit)
 
@@ -369,6 +375,7 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
 def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
                            threads: int = 2, calibration_sample: int = 400,
                            limit: int | None = None, long_answers_only: bool = False,
+                           on_holdout: bool = False,
                            log: Callable[[str], None] = print) -> dict[str, Any]:
     """Calibrate the null threshold on training examples, then validate; rewrite the manifest.
 
@@ -377,7 +384,11 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
     no-answer examples included). A short training run leaves the null score poorly scaled,
     and without this the reader abstains on answers it has found. ``long_answers_only``
     samples only the long-answer examples (what D-F1 reads), not the extra passage sources,
-    whose many no-answer examples push the threshold towards abstaining.
+    whose many no-answer examples push the threshold towards abstaining. ``on_holdout``
+    calibrates on the long-answer examples of the held-out *training* questions instead (all
+    of them; ``calibration_sample`` then only switches calibration on): a reader trained for
+    several epochs scores its own training examples with margins it will not show on new
+    text, so a threshold fitted there abstains too little.
     """
     from ambiqa.data.specs import load_dataset
 
@@ -390,11 +401,18 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
     if calibration_sample > 0:
         sample_cfg = (TrainConfig(**{**asdict(tcfg), "asqa_passages": False, "hotpotqa": ""})
                       if long_answers_only else tcfg)
-        examples, _ = training_examples(sample_cfg, limit)
-        sample = list(examples)
-        random.Random(int(cfg.get("seed", 0)) + 17).shuffle(sample)
-        sample = sample[:calibration_sample]
-        log(f"calibrating the null threshold on {len(sample)} training examples…")
+        if on_holdout:
+            sample = holdout_long_answer_examples(tcfg)
+            if not sample:
+                raise ConfigError("calibrating on the holdout needs a reader trained with "
+                                  "--holdout N")
+        else:
+            examples, _ = training_examples(sample_cfg, limit)
+            sample = list(examples)
+            random.Random(int(cfg.get("seed", 0)) + 17).shuffle(sample)
+            sample = sample[:calibration_sample]
+        log(f"calibrating the null threshold on {len(sample)} "
+            f"{'held-out ' if on_holdout else ''}training examples…")
         reader.null_threshold = float("-inf")
         margins, texts = [], []
         for e in sample:
@@ -403,7 +421,9 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
             texts.append(text)
         cal = calibrate_null_threshold(margins, texts, sample)
         manifest["calibration"] = {"data": cfg.get("train"), "n": len(sample),
-                                   "sources": "long answers" if long_answers_only
+                                   "sources": f"long answers of the {tcfg.holdout} held-out "
+                                   "training questions" if on_holdout
+                                   else "long answers" if long_answers_only
                                    or not (tcfg.asqa_passages or tcfg.hotpotqa)
                                    else "all training sources", **cal}
         reader.null_threshold = float(cal["null_threshold"])
@@ -427,3 +447,172 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
             f"{scores['ms_per_question']} ms/question")
     atomic_write_json(out / MANIFEST_NAME, manifest)
     return manifest
+
+
+# --------------------------------------------------------------------------------------------
+# training elsewhere: a pre-tokenised pack out, trained weights back in
+# --------------------------------------------------------------------------------------------
+
+
+def _pack_windows(feats: list[Any], remap: dict[int, int], example_of: list[int]
+                  ) -> dict[str, Any]:
+    import numpy as np
+
+    lengths = np.array([len(w.input_ids) for w in feats], dtype=np.int32)
+    offsets = np.zeros(len(feats) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(lengths)
+    ids = np.array([remap[t] for w in feats for t in w.input_ids], dtype=np.uint16)
+    return {"ids": ids, "lengths": lengths, "offsets": offsets,
+            "context_start": np.array([w.context_start for w in feats], dtype=np.int32),
+            "start": np.array([w.meta["start"] for w in feats], dtype=np.int32),
+            "end": np.array([w.meta["end"] for w in feats], dtype=np.int32),
+            "example": np.array(example_of, dtype=np.int32)}
+
+
+def pack_for_device(pack_dir: str | Path, *, config: TrainConfig | None = None,
+                    limit: int | None = None, log: Callable[[str], None] = print
+                    ) -> dict[str, Any]:
+    """Write what ``benchmarks/reader_gpu_train.py`` trains from, for a machine without ambiqa.
+
+    The pack holds the training windows (built exactly as ``ambiqa reader train`` builds them:
+    same sources, same evaluation-question guard, same featurisation) and the holdout
+    long-answer windows (the last ``config.holdout`` ASQA *training* questions), as token ids;
+    and the base encoder in half precision with only the word-embedding rows those windows use
+    (ids remapped), which keeps the pack small enough to travel. The word embeddings are
+    frozen in training, so the finished reader takes them from the full encoder
+    (:func:`finish_from_device`). Returns the pack's metadata (``pack.json``).
+    """
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    cfg = config or TrainConfig()
+    if not cfg.holdout:
+        raise ConfigError("a device pack needs --holdout N (the epoch is chosen on it)")
+    if not cfg.freeze_embeddings:
+        raise ConfigError("a device pack carries only the used word-embedding rows: it needs "
+                          "frozen word embeddings")
+    out = Path(pack_dir).expanduser()
+    base = _base_model_path(cfg.base or None)
+    cfg.base = str(base)
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    examples, counts = training_examples(cfg, limit)
+    feats = featurize(tokenizer, examples, max_length=cfg.max_length,
+                      doc_stride=cfg.doc_stride, max_question_tokens=cfg.max_question_tokens)
+    sources = sorted({e.source for e in examples})
+    by_qid = {e.qid: sources.index(e.source) for e in examples}
+    train_ex = [by_qid[w.meta["qid"]] for w in feats]  # the "example" column: source index
+    held = holdout_long_answer_examples(cfg)
+    held_feats: list[Any] = []
+    held_of: list[int] = []
+    for k, ex in enumerate(held):
+        f = featurize(tokenizer, [ex], max_length=cfg.max_length, doc_stride=cfg.doc_stride,
+                      max_question_tokens=cfg.max_question_tokens)
+        held_feats += f
+        held_of += [k] * len(f)
+    used = sorted({t for w in feats + held_feats for t in w.input_ids}
+                  | {tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id})
+    remap = {t: i for i, t in enumerate(used)}
+    if len(used) >= 65536:
+        raise ConfigError("too many distinct tokens for a pack (uint16 ids)")
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / "train.npz", **_pack_windows(feats, remap, train_ex))
+    np.savez_compressed(out / "holdout.npz", **_pack_windows(held_feats, remap, held_of))
+    weights = load_file(str(base / WEIGHTS_NAME))
+    emb_key = next(k for k in weights if k.endswith("word_embeddings.weight"))
+    small = {("bert." + k if not k.startswith("bert.") else k): v.half().contiguous()
+             for k, v in weights.items() if k != emb_key}
+    emb = weights[emb_key][torch.tensor(used)].half().contiguous()
+    small["bert.embeddings.word_embeddings.weight"] = emb
+    save_file(small, str(out / "encoder.safetensors"))
+    conf = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    conf.update({"vocab_size": len(used), "pad_token_id": remap[tokenizer.pad_token_id],
+                 "architectures": ["BertForQuestionAnswering"]})
+    atomic_write_json(out / "config.json", conf)
+    meta = {"format": "ambiqa-reader-pack/1", "config": asdict(cfg), "limit": limit,
+            "examples": counts, "windows": len(feats), "holdout_examples": len(held),
+            "holdout_windows": len(held_feats), "pad_id": remap[tokenizer.pad_token_id],
+            "vocab_used": len(used), "base_sha256": sha256_file(base / WEIGHTS_NAME),
+            "sources": sources,
+            "fingerprint": {**asdict(cfg), "limit": limit, "n_features": len(feats)}}
+    atomic_write_json(out / "pack.json", meta)
+    log(f"pack {out}: {len(feats)} training windows, {len(held_feats)} holdout windows "
+        f"({len(held)} examples), {len(used)} word-embedding rows")
+    return meta
+
+
+def finish_from_device(out_dir: str | Path, shards: list[str | Path], *, pack: str | Path,
+                       run: dict[str, Any], dev: str | None = None, threads: int = 2,
+                       calibration_sample: int = 400, long_answers_only: bool = True,
+                       log: Callable[[str], None] = print, command: str | None = None,
+                       on_holdout: bool = True) -> dict[str, Any]:
+    """A reader checkpoint from weights trained on another machine from ``pack``.
+
+    The trainable weights come from ``shards`` (half precision, as the device script writes
+    them); the frozen word embeddings from the packaged encoder, rounded to half precision as
+    the device saw them. The manifest records the pack's configuration and the device run
+    (``run``: lr, epochs, the chosen epoch and its holdout history), then the null threshold is
+    calibrated and the reader validated as after ``ambiqa reader train``.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    meta = json.loads((Path(pack) / "pack.json").read_text(encoding="utf-8"))
+    known = set(TrainConfig.__dataclass_fields__)
+    cfg = TrainConfig(**{k: v for k, v in meta["config"].items() if k in known})
+    cfg.lr = float(run.get("lr", cfg.lr))
+    cfg.epochs = float(run.get("epochs", cfg.epochs))
+    cfg.seed = int(run.get("seed", cfg.seed))
+    cfg.batch_size = int(run.get("batch_size", cfg.batch_size))
+    base = _base_model_path(cfg.base or None)
+    if sha256_file(base / WEIGHTS_NAME) != meta.get("base_sha256"):
+        raise ModelError(f"the base encoder {base} is not the one the pack was made from",
+                         hint="finish on the machine (encoder package) that made the pack")
+    out = Path(out_dir).expanduser()
+    refuse_repo_output(out)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model = AutoModelForQuestionAnswering.from_pretrained(base, local_files_only=True,
+                                                              use_safetensors=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    trained: dict[str, Any] = {}
+    for shard in shards:
+        trained.update({k: v.float() for k, v in load_file(str(shard)).items()})
+    emb = model.get_input_embeddings()
+    with torch.no_grad():
+        emb.weight.copy_(emb.weight.half().float())
+    missing, unexpected = model.load_state_dict(trained, strict=False)
+    if unexpected or any(not k.endswith("word_embeddings.weight") for k in missing):
+        raise ModelError(f"the trained shards do not fit the encoder (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})")
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()},
+              str(work / WEIGHTS_NAME))
+    history = run.get("history") or []
+    steps = int(run.get("steps") or 0)
+    spe = int(run.get("steps_per_epoch") or 1)
+    best_epoch = int(run.get("best_epoch") or len(history))
+    chosen_step = int(history[best_epoch - 1]["step"]) if history else steps
+    manifest = _finish(out, work, model, tokenizer, cfg, meta["examples"], chosen_step, steps,
+                       float(run.get("train_s") or 0.0), chosen_step < steps, spe,
+                       int(meta["windows"]), meta.get("limit"), None, threads, log, command,
+                       0, validate_after=False)
+    manifest["trained_on"] = {"device": run.get("device"), "torch": run.get("torch"),
+                              "script": "benchmarks/reader_gpu_train.py",
+                              "epoch_chosen_on": "holdout long answers (training split), "
+                                                 "SQuAD 2.0 F1 on token ids at the best "
+                                                 "null threshold",
+                              "chosen_epoch": best_epoch, "history": history}
+    atomic_write_json(out / MANIFEST_NAME, manifest)
+    return calibrate_and_validate(out, dev=dev, threads=threads,
+                                  calibration_sample=calibration_sample,
+                                  limit=meta.get("limit"), long_answers_only=long_answers_only,
+                                  on_holdout=on_holdout, log=log)
