@@ -1,6 +1,6 @@
 """The import rules of docs/architecture.md, checked by reading the source (nothing is imported).
 
-Two rules:
+Three rules:
 
 * **No circles.** No ambiqa module depends on itself through other ambiqa modules, counting
   every import: at module level, inside functions and under ``TYPE_CHECKING``. An import
@@ -12,9 +12,13 @@ Two rules:
   :data:`LAYERS`): foundation <- components (data, signatures, retrieval, evaluation) <-
   programs <- optimizers <- api/jobs <- cli/serve.
 
-Known exceptions are listed edge by edge in :data:`CYCLE_EDGES_ALLOWED` and
-:data:`CLIMBS_ALLOWED`, each naming its issue; a listed edge that no longer exists fails the
-test too, so the lists only shrink.
+* **Top-level imports.** In :data:`TOP_LEVEL_ONLY` (foundation, data, signatures, programs)
+  an ambiqa module is imported at the top; a function-level import is for a heavy third-party
+  library only.
+
+Known exceptions are listed edge by edge in :data:`CYCLE_EDGES_ALLOWED`,
+:data:`CLIMBS_ALLOWED` and :data:`LAZY_ALLOWED`, each naming its issue; a listed edge that no
+longer exists fails the test too, so the lists only shrink.
 """
 
 from __future__ import annotations
@@ -56,6 +60,30 @@ CLIMBS_ALLOWED: dict[tuple[str, str], str] = {
     # defaults; the caller (api/cli) should hand run_dir those defaults (run_dir.py is owned
     # by the failures work).
     ("ambiqa.evaluation.run_dir", "ambiqa.programs.registry"): "issue 36",
+}
+
+
+#: where an ambiqa module may be imported only at the top (imports inside functions are for
+#: heavy third-party libraries): the foundation, the data loaders, the prompts and the programs.
+#: The rest of ambiqa still holds ~400 such imports (cli, api, evaluation, retrieval,
+#: optimizers); move them up as their modules are touched and extend this list.
+TOP_LEVEL_ONLY = ("ambiqa.errors", "ambiqa.paths", "ambiqa.fsutil", "ambiqa.types",
+                  "ambiqa.tracing", "ambiqa.lm", "ambiqa.checks", "ambiqa.envutil",
+                  "ambiqa.parallel", "ambiqa.version", "ambiqa.text", "ambiqa.data",
+                  "ambiqa.signatures", "ambiqa.programs")
+#: (importer, imported) function-level imports left there until their issue moves them.
+LAZY_ALLOWED: dict[tuple[str, str], str] = {
+    # issue 36: files owned by other work in progress (data loaders, lm failures, the
+    # program base's save/load and failure mapping, tracing's redaction)
+    ("ambiqa.data.demo_set", "ambiqa.data.loaders"): "issue 36",
+    ("ambiqa.data.specs", "ambiqa.data.demo_set"): "issue 36",
+    ("ambiqa.lm.factory", "ambiqa.tracing"): "issue 36",
+    ("ambiqa.lm.failures", "ambiqa.lm.resilience"): "issue 36",
+    ("ambiqa.lm.failures", "ambiqa.lm.redact"): "issue 36",
+    ("ambiqa.programs.base", "ambiqa.fsutil"): "issue 36",
+    ("ambiqa.programs.base", "ambiqa.retrieval.factory"): "issue 36",
+    ("ambiqa.programs.base", "ambiqa.lm.failures"): "issue 36",
+    ("ambiqa.tracing", "ambiqa.lm.redact"): "issue 36",
 }
 
 
@@ -263,8 +291,20 @@ def test_no_import_climbs_a_layer() -> None:
                         "piece down, or let the caller pass it in:\n" + "\n".join(climbs))
 
 
+def test_no_ambiqa_import_hides_inside_a_function_where_the_rule_holds() -> None:
+    lazy = sorted({(i.importer, i.imported, i.line) for i in imports()
+                   if i.where == "function" and i.importer.startswith(TOP_LEVEL_ONLY)
+                   and (i.importer, i.imported) not in LAZY_ALLOWED})
+    assert not lazy, ("import these ambiqa modules at the top (a function-level import is "
+                      "for a heavy third-party library only):\n"
+                      + "\n".join(f"  {a} (line {n}) imports {b}" for a, b, n in lazy))
+
+
 def test_allow_lists_only_name_edges_that_exist() -> None:
     """A fixed exception must leave its list, so the lists only shrink."""
-    pairs = {(i.importer, i.imported) for i in imports()}
-    stale = sorted(set(CYCLE_EDGES_ALLOWED) - pairs) + sorted(set(CLIMBS_ALLOWED) - pairs)
+    found = imports()
+    pairs = {(i.importer, i.imported) for i in found}
+    lazy = {(i.importer, i.imported) for i in found if i.where == "function"}
+    stale = (sorted(set(CYCLE_EDGES_ALLOWED) - pairs) + sorted(set(CLIMBS_ALLOWED) - pairs)
+             + sorted(set(LAZY_ALLOWED) - lazy))
     assert not stale, f"remove these fixed edges from the allow-lists: {stale}"
