@@ -17,8 +17,8 @@ given extractive reader, and writes, without touching the old files:
 Paired intervals come from :func:`ambiqa.evaluation.stats.paired_comparison` (the machinery of
 ``ambiqa compare`` and the evidence tables), failed rows scoring 0.
 
-    python benchmarks/reader_rescore.py --reader ~/.cache/ambiqa/readers/minilm-asqa-v3
-    python benchmarks/reader_rescore.py --report-only
+    python -m benchmarks.reader_rescore --reader ~/.cache/ambiqa/readers/minilm-asqa-v3
+    python -m benchmarks.reader_rescore --report-only
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
-from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 EVIDENCE = ROOT / "benchmarks/results/evidence"
 OUT = ROOT / "benchmarks/results/evidence-rescored"
@@ -255,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
            "new_reader_weights_sha256": (reader.manifest.get("weights") or {}).get("sha256"),
            "null_threshold": reader.null_threshold, "reads": len(memo),
            "read_s": round(time.perf_counter() - t0, 1), "lm_calls": 0,
-           "command": "python benchmarks/reader_rescore.py --reader "
+           "command": "python -m benchmarks.reader_rescore --reader "
                       f"$AMBIQA_CACHE/readers/{reader.path.name}",
            **summarize(runs)}
     atomic_write_json(out / "rescored.json", res)

@@ -20,14 +20,13 @@ answer -- with each extractive reader and reports, side by side:
 
 Every reader is a STAND-IN for the ASQA paper's RoBERTa-large SQuAD 2.0 D-F1 reader.
 
-    python benchmarks/reader_v3.py --reader ~/.cache/ambiqa/readers/minilm-asqa-v3
-    python benchmarks/reader_v3.py --report-only
+    python -m benchmarks.reader_v3 --reader ~/.cache/ambiqa/readers/minilm-asqa-v3
+    python -m benchmarks.reader_v3 --report-only
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -36,22 +35,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
-from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks/results/reader-v3"
 OLD = ROOT / "benchmarks/results/reader-human/minilm-asqa-v2.json"
 
 
 def _reader_module() -> Any:
-    """benchmarks/reader.py (a script, not a package) for its cached human check."""
-    spec = importlib.util.spec_from_file_location("_bench_reader", ROOT / "benchmarks/reader.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """benchmarks/reader.py, for its cached human check and holdout check."""
+    from benchmarks import reader
+
+    return reader
 
 
 def reference_ceiling(dev: list[Any]) -> dict[str, Any]:
@@ -83,11 +79,11 @@ def time_reader(model: Any, tokenizer: Any, dev: list[Any], n: int, cfg: dict[st
                 ) -> dict[str, Any]:
     """ms per question reading the references of the first ``n`` questions (after 2 warm-up
     questions), the code path of ``ExtractiveReader.answer_with_scores``."""
+    import inspect
+
     import torch
 
     from ambiqa.evaluation.extractive import best_span, pad_batch, windows
-
-    import inspect
 
     uses_types = "token_type_ids" in inspect.signature(model.forward).parameters
 
@@ -315,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference_str_em": _ci(ceiling["per_question_str_em"]),
         "pairs_stated_share": round(sum(stated) / max(1, len(stated)), 4),
         "readers": readers, "paired": {}, "notes": args.note,
-        "command": "python benchmarks/reader_v3.py " + " ".join(sys.argv[1:] if argv is None
+        "command": "python -m benchmarks.reader_v3 " + " ".join(sys.argv[1:] if argv is None
                                                                 else argv)}
     if "old" in per_q:
         for r in readers[1:]:

@@ -98,6 +98,7 @@ def cmd_reader_calibrate(args: argparse.Namespace) -> int:
                                       threads=args.threads, calibration_sample=args.sample,
                                       limit=(manifest_limit(path)),
                                       long_answers_only=args.long_answers_only,
+                                      on_holdout=args.on_holdout,
                                       log=lambda m: print(m, flush=True))
     print(f"{manifest['name']}: null threshold "
           f"{(manifest.get('calibration') or {}).get('null_threshold')}, validation "
@@ -187,6 +188,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--long-answers-only", action="store_true",
                    help="calibrate on long-answer examples only (what D-F1 reads), not on the "
                         "extra passage sources")
+    c.add_argument("--on-holdout", action="store_true",
+                   help="calibrate on the long answers of the held-out training questions "
+                        "(a reader trained with --holdout N for several epochs: its own "
+                        "training examples overstate its margins)")
     c.add_argument("--dev", default="asqa:dev")
     c.add_argument("--no-validate", action="store_true")
     c.add_argument("--threads", type=int, default=2)
