@@ -257,6 +257,19 @@ def test_find_cycle_finds_a_circle() -> None:
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}}) is None
 
 
+def test_import_time_graph_sees_a_circle_through_a_package_init() -> None:
+    """The case this check exists for: ``s`` imports ``p.m`` (so ``p``'s __init__ runs), that
+    __init__ re-exports ``p.i``, and ``p.i`` imports ``s`` -- a circle no single edge shows.
+    A module's own package is not an edge (it is already running when the module runs)."""
+    fake = Path("x.py")
+    mods = {"p": (fake, True), "p.m": (fake, False), "p.i": (fake, False), "s": (fake, False)}
+    found = [Import("s", "p.m", 1, "module"), Import("p", "p.i", 1, "module"),
+             Import("p.i", "s", 1, "module"), Import("p.i", "p.m", 2, "module")]
+    edges, _ = import_time_graph(found, mods)
+    assert find_cycle(edges) == ["p", "p.i", "s", "p"]
+    assert "p" not in edges["p.i"]  # p.i -> p.m adds no edge to its own package
+
+
 def test_no_import_circles_among_ambiqa_modules() -> None:
     found = imports()
     cycle = find_cycle(design_graph(found))
