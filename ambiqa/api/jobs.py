@@ -394,12 +394,14 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
 # --- tune ------------------------------------------------------------------------------------
 
 def tune(program: str, settings: Any = None, *, lm: Any = None, retriever: Any = None,
-         out: str | Path | None = None, progress: Any = None, **overrides: Any) -> Any:
+         reader: Any = None, out: str | Path | None = None, progress: Any = None,
+         **overrides: Any) -> Any:
     """Optuna search over demos, teleprompter and program knobs (``ambiqa tune``).
 
     ``settings`` is an :class:`ambiqa.optimizers.tune.TuneConfig` (or keywords: ``study``,
     ``storage``, ``trials``...); ``train``/``metric`` default to the recipe's. Returns the
     :class:`~ambiqa.optimizers.tune.TuneResult`; the best trial is written to ``out``.
+    ``reader``: the D-F1 reader, an object or a spec (None: the default reader).
     """
     from ambiqa.evaluation.registry import dspy_metric
     from ambiqa.optimizers.recipes import get_recipe
@@ -411,7 +413,6 @@ def tune(program: str, settings: Any = None, *, lm: Any = None, retriever: Any =
     if settings is None:
         overrides.setdefault("train", recipe.train)
         overrides.setdefault("metric", recipe.metric)
-    reader_spec = overrides.pop("reader", None)
     cfg = settings_from(settings, TuneConfig, overrides)
     cfg.check(recipe)
     spec = data_spec(cfg.train) or cfg.train
@@ -425,7 +426,8 @@ def tune(program: str, settings: Any = None, *, lm: Any = None, retriever: Any =
         raise ConfigError(f"program {program!r} needs a retriever",
                           hint="pass retriever=ambiqa.open_index(NAME)")
     use_lm(lm)
-    reader = make_reader(reader_spec)
+    if reader is None or isinstance(reader, str):
+        reader = make_reader(reader)
     examples, _ = load_data(spec)
     return run_tune(cfg, examples, dspy_metric(cfg.metric, reader=reader),
                     retriever=retriever, out=out, progress=progress)

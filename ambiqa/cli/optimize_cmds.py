@@ -133,10 +133,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ambiqa.data import load_dataset
-    from ambiqa.evaluation.registry import dspy_metric
     from ambiqa.optimizers.recipes import get_recipe
-    from ambiqa.optimizers.tune import TuneConfig, tune
+    from ambiqa.optimizers.tune import TuneConfig
     from ambiqa.programs.registry import program_class
 
     cls = program_class(args.program)
@@ -154,7 +152,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                      tune_knobs=not args.no_knobs, allow_eval_splits=args.allow_eval_splits)
     cfg.check(recipe)
     retriever = retriever_from_args(args, needed=cls.needs_retriever)
-    lm_from_args(args)
+    lm = lm_from_args(args)
     reader = reader_from_args(args)
     if args.dry_run:
         est = _dry_run(args.program, train, metric, reader, retriever, cfg.program_config,
@@ -171,8 +169,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         console.print(f"trial {trial.number}: {trial.state.name.lower()} value {value} "
                       f"{json.dumps(trial.params)}")
 
-    result = tune(cfg, load_dataset(train), dspy_metric(metric, reader=reader),
-                  retriever=retriever, out=out, progress=progress)
+    from ambiqa.api import tune as tune_job
+
+    result = tune_job(args.program, cfg, lm=lm, retriever=retriever, reader=reader, out=out,
+                      progress=progress)
     console.print(f"study {result.study}: {result.n_complete} complete trials "
                   f"({result.ran_trials} run now, {result.lm_calls} LM calls"
                   + (", stopped at the LM-call budget" if result.stopped_by_budget else "")
