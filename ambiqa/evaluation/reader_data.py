@@ -12,13 +12,12 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation.extractive import Window, locate_answer, windows
+from ambiqa.evaluation.reader_config import TrainConfig
 
-if TYPE_CHECKING:
-    from ambiqa.evaluation.reader_training import TrainConfig
 
 @dataclass
 class ReaderExample:

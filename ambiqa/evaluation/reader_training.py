@@ -33,7 +33,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from ambiqa.evaluation.extractive import (
     pad_batch,
     readers_dir,
 )
+from ambiqa.evaluation.reader_config import TrainConfig
 from ambiqa.evaluation.reader_data import (
     ReaderExample,
     build_examples,
@@ -89,35 +90,6 @@ def _base_model_path(base: str | Path | None) -> Path:
     from ambiqa.retrieval.encoder import minilm_path
 
     return minilm_path()
-
-
-@dataclass
-class TrainConfig:
-    """Everything that decides the trained weights (a resume must match it exactly)."""
-
-    train: str = "asqa:train"
-    base: str = ""
-    epochs: float = 2.0
-    max_steps: int = 0  # 0: epochs decide
-    batch_size: int = 16
-    lr: float = 1e-4
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    max_length: int = 384
-    doc_stride: int = 128
-    max_question_tokens: int = 64
-    max_answer_tokens: int = 30
-    removed_negatives: float = 0.33
-    freeze_embeddings: bool = True  # word embeddings stay as pretrained: a third of the
-    # weights, most of the optimizer's CPU time, and ~1.7k examples cannot improve them
-    asqa_passages: bool = False  # add ASQA's grounding passages as a source
-    hotpotqa: str = ""  # a HotpotQA training split to add as a source ("" = none)
-    holdout: int = 0  # last N questions of `train` kept out as training-split validation
-    ambignq: str = ""  # an AmbigNQ training split for distant supervision ("" = none)
-    corpus: str = ""  # the passage corpus (JSONL) that distant supervision reads
-    long_answer_repeat: int = 1  # times the ASQA long-answer examples appear per epoch
-    ambignq_lists: bool = False  # + AmbigNQ interpretation lists as long-answer-like contexts
 
 
 def _save_state(work: Path, model: Any, optim: Any, progress: dict[str, Any]) -> None:
