@@ -223,6 +223,14 @@ def render(res: dict[str, Any]) -> str:
         lines.append(
             f"| `{lm['reader']}` (first {lm['n']} questions) | {_fmt(lm['d_f1'])} | – | – | "
             f"{lm.get('abstained_answerable', '–')} / – | – | {lm['ms_per_question']} |")
+        lm_cost = (f"LM reader cost: {lm['lm_calls_per_question']} LM calls, "
+                   f"{lm['input_tokens_per_question']} input + "
+                   f"{lm['output_tokens_per_question']} output tokens per question "
+                   f"(`{lm['command']}`); the extractive readers make no LM call.")
+    else:
+        lm_cost = ""
+    if lm_cost:
+        lines += ["", lm_cost]
     lines += ["", "Paired differences (same questions / pairs; paired 95% bootstrap, BCa):", ""]
     for name, p in res.get("paired", {}).items():
         lines.append(f"- {name}: {p['diff']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] "
