@@ -51,12 +51,7 @@ LAYER_NAMES = {0: "foundation", 1: "components", 2: "programs", 3: "optimizers",
 CYCLE_EDGES_ALLOWED: dict[tuple[str, str], str] = {}  # none left (issue 36 broke the last)
 
 #: (importer, imported) edges allowed to climb a layer until their issue moves them.
-CLIMBS_ALLOWED: dict[tuple[str, str], str] = {
-    # issue 36: a resumed run's stored settings are compared with the program constructor's
-    # defaults; the caller (api/cli) should hand run_dir those defaults (run_dir.py is owned
-    # by the failures work).
-    ("ambiqa.evaluation.run_dir", "ambiqa.programs.registry"): "issue 36",
-}
+CLIMBS_ALLOWED: dict[tuple[str, str], str] = {}  # none left (issue 36 moved the last)
 
 
 #: where an ambiqa module may be imported only at the top (imports inside functions are for

@@ -206,7 +206,8 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     if out is not None:
         draft = RunSpec(program=label, data=data_label, metrics=names, lm=lm_label,
                         index=cfg.index, program_config=config or None,
-                        artifact_sha256=artifact_sha, extra=extra)
+                        artifact_sha256=artifact_sha, extra=extra,
+                        program_defaults=_program_defaults(label))
         check_run_dir(out, draft, cfg.resume,
                       skip=frozenset({"reader", "judge", "index_fingerprint"}))
         ensure_writable_dir(out)
@@ -218,7 +219,8 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
                    reader=getattr(reader, "name", None), lm=lm_label, index=cfg.index,
                    program_config=config or None, judge=judge_name(names),
                    artifact_sha256=artifact_sha,
-                   index_fingerprint=_fingerprint(found.program), extra=extra)
+                   index_fingerprint=_fingerprint(found.program), extra=extra,
+                   program_defaults=_program_defaults(label))
     summary = run_evaluation(found.program, examples, metric_fns(names, reader), out_dir=out,
                              spec=spec, resume=cfg.resume, threads=cfg.threads,
                              max_error_rate=cfg.max_error_rate, timeout_s=cfg.timeout_s,
@@ -237,6 +239,18 @@ def _target_label(target: Any) -> str:
     if isinstance(target, str | Path):
         return str(target)
     return str(getattr(target, "name", type(target).__name__))
+
+
+def _program_defaults(label: str) -> dict[str, Any] | None:
+    """The defaults of the settings of the program ``label`` names (its config class), for a
+    resume's comparison with a ``run.json`` written before a setting existed; None for an
+    artifact or an unknown name."""
+    from ambiqa.programs.registry import program_class
+
+    try:
+        return program_class(label).config_class().to_dict()
+    except Exception:  # an artifact path or a program object's odd name: compare as stored
+        return None
 
 
 def _fingerprint(program: Any) -> str | None:

@@ -49,6 +49,10 @@ class RunSpec:
     temperature: float | None = None
     endpoint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: not stored: the defaults of the program's settings, given by the caller (who knows the
+    #: programs; this module does not), so a resume accepts a setting added since the run was
+    #: stored at its default value (:func:`spec_differences`)
+    program_defaults: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     _OPTIONAL = ("index", "program_config", "judge", "artifact_sha256", "index_fingerprint",
                  "max_tokens", "temperature", "endpoint")
@@ -440,23 +444,21 @@ def spec_differences(old: dict[str, Any], spec: RunSpec,
         if now is None and key in _KNOWN_LATE:
             continue
         if key == "program_config" and was and now:
-            was = _with_added_defaults(spec.program, was, now)
+            was = _with_added_defaults(spec.program_defaults, was, now)
         if was != now:
             out.append(f"{label}: stored {_show(was)}, now {_show(now)}")
     return out
 
 
-def _with_added_defaults(program: str, was: dict[str, Any],
+def _with_added_defaults(defaults: dict[str, Any] | None, was: dict[str, Any],
                          now: dict[str, Any]) -> dict[str, Any]:
-    """``was`` plus each setting a newer ambiqa added to ``program`` since the run was stored,
-    at the value the constructor defaults it to: a run made before the setting existed
-    behaved as that default (e.g. ``answer_form="long"``), so resuming it is sound. A new
-    setting at any other value still counts as a difference."""
-    from ambiqa.programs.registry import program_class
-
-    try:  # a program's config class holds its settings' defaults
-        defaults = program_class(program).config_class().to_dict()
-    except Exception:  # an artifact path or unknown program: compare as stored
+    """``was`` plus each setting a newer ambiqa added to the program since the run was
+    stored, at its default value (``defaults``, the program's config defaults): a run made
+    before the setting existed behaved as that default (e.g. ``answer_form="long"``), so
+    resuming it is sound. A new setting at any other value still counts as a difference.
+    Without ``defaults`` (an artifact, an unknown program) the stored settings are compared
+    as they are."""
+    if not defaults:
         return was
     filled = dict(was)
     for name, value in now.items():

@@ -398,14 +398,19 @@ def test_a_resume_asking_for_fewer_examples_keeps_the_larger_spec(tmp_path):
 
 
 def test_resume_accepts_a_setting_added_later_at_its_default_only():
-    """A run stored before ``answer_form`` existed behaved as the default ("long")."""
+    """A run stored before ``answer_form`` existed behaved as the default ("long"). The
+    defaults come from the caller (the API passes the program's config defaults; run_dir
+    does not import the programs)."""
+    from ambiqa.api.jobs import _program_defaults
     from ambiqa.evaluation.runner import RunSpec, spec_differences
 
+    defaults = _program_defaults("vanilla_rag")
+    assert defaults is not None and defaults["answer_form"] == "long"
     old = {"program": "vanilla_rag", "metrics": ["str-em"], "program_config": {"k": 5}}
     same = RunSpec(program="vanilla_rag", data="asqa:dev:2", metrics=["str-em"],
-                   program_config={"k": 5, "answer_form": "long"})
+                   program_config={"k": 5, "answer_form": "long"}, program_defaults=defaults)
     assert spec_differences(old, same) == []
     other = RunSpec(program="vanilla_rag", data="asqa:dev:2", metrics=["str-em"],
-                    program_config={"k": 5, "answer_form": "short"})
+                    program_config={"k": 5, "answer_form": "short"}, program_defaults=defaults)
     assert spec_differences(old, other) == [
         'program config: stored {"k": 5}, now {"answer_form": "short", "k": 5}']
