@@ -40,7 +40,9 @@ OUT_DIR = Path(__file__).resolve().parent / "results" / "ann"
 DIM = 384
 CLUSTERS = 1000
 K = 10
-EF_SEARCH_SWEEP = (16, 32, 64, 128)
+EF_SEARCH_SWEEP = (16, 32, 64, 128, 256)
+SPECTRUM = OUT_DIR / "minilm_spectrum.json"
+DATA_KINDS = ("clusters", "spectrum")
 
 
 def _rss_peak_mb() -> float:
@@ -58,6 +60,32 @@ def synthetic(n: int, seed: int, centres: np.ndarray, chunk: int = 100_000) -> n
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         out[start:start + m] = x
     return out
+
+
+def spectrum_sampler(seed: int) -> Any:
+    """``sample(n, seed)``: unit vectors from a Gaussian whose covariance has the eigenvalues
+    of real all-MiniLM-L6-v2 embeddings of the shared corpus (``minilm_spectrum.json``) and
+    whose mean has their mean's norm. Nearest neighbours are rotation-invariant, so a random
+    orthonormal basis stands in for the real eigenvectors."""
+    spec = json.loads(SPECTRUM.read_text())
+    scale = np.sqrt(np.maximum(np.asarray(spec["eigenvalues"], dtype=np.float64), 0.0))
+    rng = np.random.default_rng(seed)
+    basis, _ = np.linalg.qr(rng.standard_normal((DIM, DIM)))
+    mean = rng.standard_normal(DIM)
+    mean *= spec["mean_norm"] / np.linalg.norm(mean)
+    transform = (basis * scale[None, :]).astype(np.float32)  # column j scaled by sqrt(eig j)
+
+    def sample(n: int, sample_seed: int, chunk: int = 100_000) -> np.ndarray:
+        g = np.random.default_rng(sample_seed)
+        out = np.empty((n, DIM), dtype=np.float32)
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
+            x = g.standard_normal((m, DIM), dtype=np.float32) @ transform.T + mean
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            out[start:start + m] = x
+        return out
+
+    return sample
 
 
 def exact_top_k(queries: np.ndarray, vecs: np.ndarray, k: int, chunk: int = 100_000
@@ -92,20 +120,25 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
                           for f, t in zip(found, truth, strict=True)]))
 
 
-def measure(n: int, n_queries: int, seed: int = 0) -> dict[str, Any]:
+def measure(n: int, n_queries: int, seed: int = 0, data: str = "clusters") -> dict[str, Any]:
     from ambiqa.retrieval.ann import EF_CONSTRUCTION, EF_SEARCH, HNSW_M, HNSWIndex
 
-    centres = np.random.default_rng(seed).standard_normal((CLUSTERS, DIM), dtype=np.float32)
     t0 = time.perf_counter()
-    vecs = synthetic(n, seed + 1, centres)
-    queries = synthetic(n_queries, seed + 2, centres)
+    if data == "spectrum":
+        sample = spectrum_sampler(seed)
+        vecs, queries = sample(n, seed + 1), sample(n_queries, seed + 2)
+    else:
+        centres = np.random.default_rng(seed).standard_normal((CLUSTERS, DIM),
+                                                              dtype=np.float32)
+        vecs = synthetic(n, seed + 1, centres)
+        queries = synthetic(n_queries, seed + 2, centres)
     gen_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     truth = exact_top_k(queries, vecs, K)
     truth_s = time.perf_counter() - t0
     timed = queries[:min(100, n_queries)]
     row: dict[str, Any] = {
-        "n": n, "dim": DIM, "queries": n_queries, "k": K,
+        "data": data, "n": n, "dim": DIM, "queries": n_queries, "k": K,
         "generate_s": round(gen_s, 1), "ground_truth_s": round(truth_s, 1),
         "exact": {"ms_per_query": round(exact_ms(timed, vecs, K), 3), "recall_at_10": 1.0},
     }
@@ -130,28 +163,50 @@ def measure(n: int, n_queries: int, seed: int = 0) -> dict[str, Any]:
     return row
 
 
+DATA_TEXT = {
+    "clusters": f"isotropic clusters: points around {CLUSTERS} random centres with noise of the "
+                "centre's scale (participation ratio near 384: a hard case, higher-dimensional "
+                "than real text embeddings)",
+    "spectrum": "a Gaussian with the eigenvalue spectrum of real all-MiniLM-L6-v2 embeddings of "
+                "the shared corpus (`minilm_spectrum.json`, participation ratio ~137)",
+}
+
+
 def render(results: dict[str, Any]) -> str:
     env = results["environment"]
     lines = [
         "# Dense retrieval at scale: HNSW (faiss) against the exact scan",
         "",
-        f"`python -m benchmarks.ann_scale` on {env['machine']} ({env['cpus']} CPUs visible, "
-        f"{env['threads']} threads for faiss/numpy, faiss {env['faiss']}), synthetic 384-d unit "
-        f"vectors around {CLUSTERS} cluster centres, queries drawn fresh from the same "
-        "mixture; recall@10 against the exact top 10; ms = one query at a time.",
-        "",
-        "| n | build s | vectors MB | graph MB | peak RSS MB | exact ms/query | efSearch "
-        "| HNSW ms/query | recall@10 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"`python -m benchmarks.ann_scale [--data clusters|spectrum]` on {env['machine']} "
+        f"({env['cpus']} CPUs visible, {env['threads']} threads for faiss/numpy, faiss "
+        f"{env['faiss']}); 384-d unit vectors, {results['settings']['queries']} queries drawn "
+        "fresh from the data's distribution (not copies of indexed points); recall@10 against "
+        "the exact top 10; ms = one query at a time. Timings were taken on a shared machine: "
+        "see the load noted with each data set.",
     ]
-    for row in sorted(results["sizes"].values(), key=lambda r: r["n"]):
-        for i, s in enumerate(row["hnsw"]["sweep"]):
-            mark = " (default)" if s["ef_search"] == row["hnsw"]["default_ef_search"] else ""
-            head = (f"| {row['n']:,} | {row['hnsw']['build_s']} | {row['memory']['vectors_mb']} "
-                    f"| {row['memory']['graph_mb']} | {row['memory']['peak_rss_mb']:.0f} "
-                    f"| {row['exact']['ms_per_query']} ") if i == 0 else "| | | | | | "
-            lines.append(f"{head}| {s['ef_search']}{mark} | {s['ms_per_query']} "
-                         f"| {s['recall_at_10']} |")
+    rows = list(results["sizes"].values())
+    for data in DATA_KINDS:
+        mine = sorted((r for r in rows if r.get("data", "clusters") == data),
+                      key=lambda r: r["n"])
+        if not mine:
+            continue
+        lines += ["", f"## {data}: {DATA_TEXT[data]}", "",
+                  "| n | build s | vectors MB | graph MB | peak RSS MB | exact ms/query "
+                  "| efSearch | HNSW ms/query | recall@10 |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in mine:
+            for i, s in enumerate(row["hnsw"]["sweep"]):
+                mark = " (default)" if s["ef_search"] == row["hnsw"]["default_ef_search"] else ""
+                head = (f"| {row['n']:,} | {row['hnsw']['build_s']} "
+                        f"| {row['memory']['vectors_mb']} | {row['memory']['graph_mb']} "
+                        f"| {row['memory']['peak_rss_mb']:.0f} | {row['exact']['ms_per_query']} "
+                        ) if i == 0 else "| | | | | | "
+                lines.append(f"{head}| {s['ef_search']}{mark} | {s['ms_per_query']} "
+                             f"| {s['recall_at_10']} |")
+        loads = [f"{r['n']:,}: {r['load_avg']}" for r in mine if r.get("load_avg")]
+        if loads:
+            lines += ["", "1-minute load average of the 2-core machine when each size "
+                          "finished: " + "; ".join(loads) + "."]
     lines += ["", "HNSW: M = 32, efConstruction = 40 (`ambiqa/retrieval/ann.py`); the graph "
               "adds `graph MB` to the float32 vectors the dense retriever holds anyway. Peak "
               "RSS is the benchmark process's (vectors, queries, ground-truth scratch and the "
@@ -166,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(OUT_DIR))
     ap.add_argument("--force", action="store_true", help="remeasure sizes already saved")
+    ap.add_argument("--data", choices=DATA_KINDS, default="clusters",
+                    help="synthetic data: isotropic clusters, or MiniLM's spectrum")
     args = ap.parse_args(argv)
     import faiss
 
@@ -185,12 +242,14 @@ def main(argv: list[str] | None = None) -> int:
                               "threads": args.threads, "faiss": faiss.__version__,
                               "python": sys.version.split()[0]}
     for n in (int(s) for s in args.sizes.split(",") if s.strip()):
-        if str(n) in results["sizes"] and not args.force:
-            print(f"n={n:,}: already measured (use --force to redo)", flush=True)
+        key = str(n) if args.data == "clusters" else f"{args.data}:{n}"
+        if key in results["sizes"] and not args.force:
+            print(f"{key}: already measured (use --force to redo)", flush=True)
             continue
-        print(f"n={n:,}: measuring ...", flush=True)
-        row = measure(n, args.queries)
-        results["sizes"][str(n)] = row
+        print(f"{key}: measuring ...", flush=True)
+        row = measure(n, args.queries, data=args.data)
+        row["load_avg"] = round(os.getloadavg()[0], 1)
+        results["sizes"][key] = row
         atomic_write_json(path, results)
         atomic_write_text(out / "ann_scale.md", render(results))
         print(json.dumps(row), flush=True)
