@@ -22,6 +22,7 @@ from ambiqa.errors import AmbiqaError, RetrievalIndexError
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
 from ambiqa.retrieval.colbert.build import build
+from ambiqa.retrieval.colbert.devices import run_config_kwargs
 from ambiqa.retrieval.colbert.manifest import (
     LOG_FILE,
     check_colbert_files,
@@ -225,8 +226,6 @@ class ColBERTRetriever(SharedResource):
             log_fh: IO[str] = open(log_path, "a", encoding="utf-8")  # noqa: SIM115
         except OSError:  # a read-only shared index
             log_fh = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
-        from ambiqa.retrieval.colbert.devices import run_config_kwargs
-
         run_config = RunConfig(**run_config_kwargs(nranks=1))  # the GPUs torch sees, else CPU
         with log_fh, contextlib.redirect_stdout(log_fh), contextlib.redirect_stderr(log_fh), \
                 warnings.catch_warnings(), Run().context(run_config):
