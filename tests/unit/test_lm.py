@@ -201,8 +201,8 @@ def test_trace_splits_prompt_tokens_into_computed_and_cached(use_lm):
 def test_output_caps_and_stop_marker_are_applied_per_signature(use_lm):
     import dspy
 
-    from ambiqa.signatures.answering import ClosedBookLongAnswer
     from ambiqa.lm.resilience import STOP_SEQUENCES
+    from ambiqa.signatures.answering import ClosedBookLongAnswer
     from ambiqa.signatures.verification import VerifyInterpretation
 
     reply = llama_reply("[[ ## supported ## ]]\nTrue", 300, 300, 0, 5)
