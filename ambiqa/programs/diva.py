@@ -83,6 +83,38 @@ def clean_interpretations(items: object, limit: int) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class DivaConfig(ProgramConfig):
+    """Diva's settings, the single source of their defaults (``decoding_config`` checks the
+    decoding).
+
+    Attributes:
+        k_per_query: K of eq. 4.
+        top_k: |P_i| of eq. 5 (paper: 5).
+        candidates: 0 (default): no separate C_i, R searches the corpus for each
+            interpretation. N > 0: the paper's two stages: the retriever fetches N passages
+            for the question (C_i) and the encoder picks each interpretation's top K from them.
+        max_interpretations: cost guard on the rewrites kept (a small model may list dozens).
+        skip_unambiguous: skip the rewrite call for a question typed None (off, as the paper).
+        temperature, top_p, max_tokens: decoding of every LM call Diva makes. Defaults are the
+            paper's (0.3, 1.0, 300; App. A.4) so the program behaves as published; pass
+            ``temperature=0`` for runs that repeat exactly.
+    """
+
+    k_per_query: int = int_field(5)
+    top_k: int = int_field(5)
+    candidates: int = int_field(0, minimum=0)
+    max_interpretations: int = int_field(8)
+    skip_unambiguous: bool = bool_field(False)
+    temperature: float = PAPER_DECODING["temperature"]
+    top_p: float = PAPER_DECODING["top_p"]
+    max_tokens: int = int_field(PAPER_DECODING["max_tokens"])
+
+    def check(self) -> None:
+        decoding_config(self.temperature, self.top_p, self.max_tokens)
+
+
+
 class InferInterpretations(dspy.Module):
     """Eq. 3: type the ambiguity (with a reason), then rewrite the question per reading.
 
@@ -95,7 +127,8 @@ class InferInterpretations(dspy.Module):
     trace event), so callers always get at least one query to work with.
     """
 
-    def __init__(self, max_interpretations: int = 8, skip_unambiguous: bool = False,
+    def __init__(self, max_interpretations: int = DivaConfig.max_interpretations,
+                 skip_unambiguous: bool = DivaConfig.skip_unambiguous,
                  lm_config: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.max_interpretations = check_int("max_interpretations", max_interpretations)
@@ -129,37 +162,6 @@ class InferInterpretations(dspy.Module):
                                                        "using the question itself")
             found = [question]
         return {"ambiguity_type": kind, "reason": reason, "interpretations": found}
-
-
-@dataclass(frozen=True)
-class DivaConfig(ProgramConfig):
-    """Diva's settings, the single source of their defaults (``decoding_config`` checks the
-    decoding).
-
-    Attributes:
-        k_per_query: K of eq. 4.
-        top_k: |P_i| of eq. 5 (paper: 5).
-        candidates: 0 (default): no separate C_i, R searches the corpus for each
-            interpretation. N > 0: the paper's two stages: the retriever fetches N passages
-            for the question (C_i) and the encoder picks each interpretation's top K from them.
-        max_interpretations: cost guard on the rewrites kept (a small model may list dozens).
-        skip_unambiguous: skip the rewrite call for a question typed None (off, as the paper).
-        temperature, top_p, max_tokens: decoding of every LM call Diva makes. Defaults are the
-            paper's (0.3, 1.0, 300; App. A.4) so the program behaves as published; pass
-            ``temperature=0`` for runs that repeat exactly.
-    """
-
-    k_per_query: int = int_field(5)
-    top_k: int = int_field(5)
-    candidates: int = int_field(0, minimum=0)
-    max_interpretations: int = int_field(8)
-    skip_unambiguous: bool = bool_field(False)
-    temperature: float = PAPER_DECODING["temperature"]
-    top_p: float = PAPER_DECODING["top_p"]
-    max_tokens: int = int_field(PAPER_DECODING["max_tokens"])
-
-    def check(self) -> None:
-        decoding_config(self.temperature, self.top_p, self.max_tokens)
 
 
 class Diva(AmbiqaProgram):
