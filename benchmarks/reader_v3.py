@@ -112,11 +112,16 @@ def time_reader(model: Any, tokenizer: Any, dev: list[Any], n: int, cfg: dict[st
         read(ex)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
+    c0 = time.process_time()
     reads = sum(read(ex) for ex in dev[:n])
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     return {"n_questions": n, "reads": reads,
             "ms_per_question": round(1000 * elapsed / max(1, n), 1),
             "ms_per_read": round(1000 * elapsed / max(1, reads), 2),
+            # CPU time over the threads: on a machine shared with other jobs the wall clock
+            # waits for the cores; CPU-ms / threads is what an idle 2-core machine would take
+            "cpu_ms_per_question": round(1000 * cpu / max(1, n), 1),
             "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "torch_threads": torch.get_num_threads()}
 
@@ -146,6 +151,51 @@ def speed(reader_dir: Path, mpnet_dir: Path | None, dev: list[Any], n: int) -> d
         # the reader again, after mpnet: the load may have moved between the two
         out[reader.name + " (again)"] = time_reader(reader.model, reader.tokenizer, dev, n,
                                                     cfg)
+    return out
+
+
+def abstention_curve(reader: Any, dev: list[Any]) -> dict[str, Any]:
+    """Error analysis (reported, never used to choose): every answerable dev pair read once
+    with its span-minus-null margin, then D-F1 on the references and the abstention rate at the
+    calibrated null threshold and at the thresholds that abstain on 10%, 5% and 0% of the
+    answerable pairs; and what the abstained pairs' best spans would have scored."""
+    from ambiqa.evaluation.metrics import token_f1
+
+    per_q: list[list[list[tuple[float, float, bool]]]] = []
+    for ex in dev:
+        refs = []
+        for la in ex.long_answers or []:
+            if not str(la).strip():
+                continue
+            items = []
+            for pair in ex.qa_pairs or []:
+                text, best, null = reader.answer_with_scores(str(pair["question"]), str(la))
+                # answer_with_scores applied the calibrated threshold; re-derive the span
+                saved = reader.null_threshold
+                if not text:
+                    reader.null_threshold = float("-inf")
+                    text, best, null = reader.answer_with_scores(str(pair["question"]), str(la))
+                    reader.null_threshold = saved
+                stated = any(a and a.lower() in str(la).lower() for a in pair["short_answers"])
+                items.append((best - null, token_f1(text, pair["short_answers"]), stated))
+            refs.append(items)
+        if refs and ex.qa_pairs:
+            per_q.append(refs)
+
+    def at(th: float) -> dict[str, float]:
+        d = [statistics.fmean(statistics.fmean(f if m > th else 0.0 for m, f, _ in items)
+                              for items in refs) for refs in per_q]
+        stated = [(m, f) for refs in per_q for items in refs for m, f, st in items if st]
+        absd = [f for m, f in stated if m <= th]
+        return {"threshold": round(th, 4), "d_f1": round(statistics.fmean(d), 4),
+                "abstain_stated": round(len(absd) / max(1, len(stated)), 4),
+                "abstained_best_span_f1": round(statistics.fmean(absd), 4) if absd else None}
+
+    margins = sorted(m for refs in per_q for items in refs for m, _, st in items if st)
+    out = {"calibrated": at(reader.null_threshold)}
+    for share in (0.10, 0.05):
+        out[f"abstain_{int(share * 100)}pct"] = at(margins[int(share * len(margins))] - 1e-6)
+    out["never_abstain"] = at(float("-inf"))
     return out
 
 
@@ -238,11 +288,26 @@ def render(res: dict[str, Any]) -> str:
     if res.get("speed"):
         lines += ["", "Speed, back to back on the first questions (2 torch threads; the "
                       "machine's 1-minute load average before/after each):", "",
-                  "| reader | params (M) | ms/question | ms/read | load avg |",
-                  "|---|---:|---:|---:|---|"]
+                  "| reader | params (M) | ms/question (wall) | CPU-ms/question ÷ threads | "
+                  "ms/read | load avg |",
+                  "|---|---:|---:|---:|---:|---|"]
         for name, s in res["speed"].items():
+            cpu = s.get("cpu_ms_per_question")
+            per_thread = "–" if cpu is None else f"{cpu / max(1, s['torch_threads']):.1f}"
             lines.append(f"| {name} | {s.get('params_m', '')} | {s['ms_per_question']} | "
-                         f"{s['ms_per_read']} | {s['load_avg_1min']} |")
+                         f"{per_thread} | {s['ms_per_read']} | {s['load_avg_1min']} |")
+    curve = res.get("abstention_curve")
+    if curve:
+        lines += ["", f"Abstention error analysis of `{curve['reader']}` on the same dev "
+                      "references (reported only; the threshold stays the one calibrated on "
+                      "the training holdout):", "",
+                  "| null threshold | D-F1 on references | abstains on pairs the reference "
+                  "states | best-span F1 of the abstained pairs |", "|---|---:|---:|---:|"]
+        for key, c in curve.items():
+            if key == "reader":
+                continue
+            lines.append(f"| {key} ({c['threshold']}) | {c['d_f1']} | {c['abstain_stated']} | "
+                         f"{c['abstained_best_span_f1']} |")
     targets = res.get("targets")
     if targets:
         lines += ["", "Targets (issue 34):", ""]
@@ -265,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[])
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--analysis-only", action="store_true",
+                   help="add the speed table (CPU time too) and the abstention curve of the "
+                        "first --reader to the stored result")
     args = p.parse_args(argv)
     out = Path(args.out)
     res_path = out / "reader-v3.json"
@@ -283,6 +351,18 @@ def main(argv: list[str] | None = None) -> int:
     from ambiqa.evaluation.extractive import ExtractiveReader
 
     torch.set_num_threads(args.threads)
+    if args.analysis_only:
+        res = json.loads(res_path.read_text())
+        dev = load_dataset(args.dev)[:args.limit] if args.limit else load_dataset(args.dev)
+        first = Path(args.reader[0]).expanduser()
+        res["speed"] = speed(first, Path(args.mpnet) if args.mpnet else None, dev,
+                             args.speed_n)
+        res["abstention_curve"] = {"reader": f"extractive:{first.name}", **abstention_curve(
+            ExtractiveReader(first, threads=args.threads), dev)}
+        atomic_write_json(res_path, res)
+        atomic_write_text(out / "reader-v3.md", render(res))
+        print(render(res))
+        return 0
     bench = _reader_module()
     dev = load_dataset(args.dev)
     if args.limit:

@@ -573,7 +573,8 @@ def finish_from_device(out_dir: str | Path, shards: list[str | Path], *, pack: s
     spe = int(run.get("steps_per_epoch") or 1)
     best_epoch = int(run.get("best_epoch") or len(history))
     chosen_step = int(history[best_epoch - 1]["step"]) if history else steps
-    manifest = _finish(out, work, model, tokenizer, cfg, meta["examples"], chosen_step, steps,
+    planned = max(1, math.ceil(cfg.epochs * spe))  # the schedule's length (lr decays to it)
+    manifest = _finish(out, work, model, tokenizer, cfg, meta["examples"], chosen_step, planned,
                        float(run.get("train_s") or 0.0), chosen_step < steps, spe,
                        int(meta["windows"]), meta.get("limit"), None, threads, log, command,
                        0, validate_after=False)
@@ -582,7 +583,8 @@ def finish_from_device(out_dir: str | Path, shards: list[str | Path], *, pack: s
                               "epoch_chosen_on": "holdout long answers (training split), "
                                                  "SQuAD 2.0 F1 on token ids at the best "
                                                  "null threshold",
-                              "chosen_epoch": best_epoch, "history": history}
+                              "chosen_epoch": best_epoch, "steps_run": steps,
+                              "history": history}
     atomic_write_json(out / MANIFEST_NAME, manifest)
     return calibrate_and_validate(out, dev=dev, threads=threads,
                                   calibration_sample=calibration_sample,
