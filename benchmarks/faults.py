@@ -1,7 +1,7 @@
 """Run the fault suite (tests/faults) and write the fault table for BENCHMARKS.md.
 
-    python benchmarks/faults.py                      # run the suite, write the table
-    python benchmarks/faults.py --junit report.xml   # only tabulate an existing JUnit report
+    python -m benchmarks.faults                      # run the suite, write the table
+    python -m benchmarks.faults --junit report.xml   # only tabulate an existing JUnit report
 
 Each test in tests/faults carries ``pytest.mark.fault(CLASS)`` and may record JUnit
 properties: ``runs`` (kill/resume seeds a test went through), ``data_lost`` (rows, artifacts,
@@ -26,15 +26,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "faults.md"
-ORDER = ["LM faults", "Retriever / index faults", "Kill and resume", "Bad inputs",
-         "Artifacts / security", "Concurrency"]
-INTEGRITY = {"Kill and resume", "Concurrency"}
+ORDER = ["LM faults", "Retriever / index faults", "Kill and resume", "Run directory",
+         "Bad inputs", "Artifacts / security", "Concurrency"]
+INTEGRITY = {"Kill and resume", "Concurrency", "Run directory"}
 
 NOT_HANDLED = [
     ("An embedded-LM call past its deadline keeps running in the background",
-     "llama.cpp cannot be interrupted from Python; the caller stops waiting (the run goes on "
-     "and the step degrades), but the abandoned generation holds the model's one slot until "
-     "it ends (bounded by max_tokens), so the next call may wait for it."),
+     "llama.cpp cannot be interrupted from Python; the caller stops waiting (the question "
+     "fails with a timeout and the run goes on), but the abandoned generation holds the "
+     "model's one slot until it ends (bounded by max_tokens), so the next call may wait for "
+     "it."),
+    ("A dead endpoint stops `evaluate` after 4 of 4 failed questions, not after all of them",
+     "the --max-error-rate guard (default 0.5, checked once 4 rows exist) stops the run and "
+     "names how many were not run; with --max-error-rate 1 every question is tried and the "
+     "run exits 1 with failed = N. `--resume --retry-errors` redoes both kinds."),
+    ("The run-directory lock on network file systems",
+     "the lock is fcntl.flock on OUT/.lock; NFS and some FUSE mounts may not honour flock "
+     "between machines, so two hosts writing one --out are not refused there."),
+    ("Credentials logged by third-party libraries at DEBUG level",
+     "ambiqa redacts URL credentials in every event, error row, run.json, report and its "
+     "own messages; a library's own debug log of the raw URL (LiteLLM verbose mode) is not "
+     "filtered."),
     ("`ambiqa compile` does not resume mid-run",
      "DSPy's BootstrapFewShot keeps its state in memory; a kill loses the compile's work "
      "(never a half-written artifact: the artifact is written atomically at the end). "
@@ -119,14 +131,17 @@ def render(rows: dict[str, dict[str, int]], failures: list[str], seconds: float 
                  f"**{total['runs']}** | **{total['generated']}** | **{total['integrity']}** | "
                  f"**{lost(total)}** |")
     out = ["# Fault suite", "",
-           "`python benchmarks/faults.py` (runs `pytest tests/faults`). *tests* counts test "
+           "`python -m benchmarks.faults` (runs `pytest tests/faults`). *tests* counts test "
            "cases (each parametrized case once; a kill/resume test's seeds are its *runs*, "
            "not extra tests). *generated inputs* is how many inputs the hypothesis property "
            "tests actually generated and ran (counted in the test bodies). *data lost* is "
-           "computed: each integrity test (kill/resume, concurrency, torn-line repair) "
-           "compares what the interrupted-and-resumed (or 8-thread, or two-process) run holds "
-           "with an uninterrupted reference and counts missing, doubled and different rows, "
-           "artifacts, index states or trials. Every kill is triggered by a mid-work event "
+           "computed: each integrity test (kill/resume, concurrency, torn-line repair, two "
+           "concurrent resumes, retry after a dead endpoint, a partly failing endpoint, a "
+           "changed data row) compares what the interrupted-and-resumed (or 8-thread, or "
+           "two-process) run holds with an uninterrupted reference and counts missing, "
+           "doubled and different rows (for a failing endpoint: questions that met a fault "
+           "yet were scored as answered), artifacts, index states or trials. Every kill is "
+           "triggered by a mid-work event "
            "(rows partly written, compile-loop LM calls partly served, the index build "
            "directory present, trials partly complete) and the test asserts the process was "
            "still running when killed.", "", *lines, ""]
