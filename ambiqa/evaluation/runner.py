@@ -285,6 +285,15 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
 
     try:
         run_parallel(task, todo, max_workers=threads)
+    except RunError:
+        # stopped by --max-error-rate: the rows so far still get their summary and report,
+        # so the failures can be read (report.md lists them) before the run is redone
+        if out_dir is not None and report and rows:
+            bar.close()
+            from ambiqa.evaluation.report import write_run_report
+
+            write_run_report(out_dir, rows=rows, spec=spec, examples=examples)
+        raise
     finally:
         bar.close()
     summary = summarize(rows, list(metrics))

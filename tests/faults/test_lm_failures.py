@@ -126,6 +126,9 @@ def test_dead_endpoint_fails_every_question_and_exits_non_zero(tmp_path, tiny_in
     assert "examples failed" in res.stderr and "Traceback" not in res.stderr
     rows = _rows(run)
     assert rows and all(r["error"] and r["prediction"] is None for r in rows)
+    assert f"{N - len(rows)} not run" in res.stderr
+    stopped = json.loads((run / "summary.json").read_text())   # the stop still reports
+    assert stopped["n"] == stopped["n_errors"] == len(rows)
     # and with the guard off, every question runs: failed = 6, exit 1
     run_all = tmp_path / "run-all"
     res = run_cli(_eval(run_all, dead, tiny_index, "--max-error-rate", "1"), env, timeout=300)
