@@ -204,6 +204,17 @@ def test_pack_train_finish_round_trip(shared_data, tmp_path, monkeypatch) -> Non
     assert manifest["calibration"]["n"] == meta["holdout_examples"]
     reader = ExtractiveReader(reader_dir)
     assert isinstance(reader.answer("Who wrote it?", "It was written by Ann Lee."), str)
+    # the same through the CLI: `ambiqa reader finish` picks the run, then recalibrates
+    from ambiqa.cli import main as cli
+
+    cli_dir = tmp_path / "readers" / "tiny-cli"
+    assert cli(["reader", "finish", str(out), "--pack", str(pack), "--out", str(cli_dir),
+                "--no-validate"]) == 0
+    assert cli(["reader", "calibrate", str(cli_dir), "--on-holdout", "--no-validate"]) == 0
+    cal = json.loads((cli_dir / "reader_manifest.json").read_text())["calibration"]
+    assert "held-out" in cal["sources"]
+    assert cli(["reader", "finish", str(out), "--pack", str(pack), "--run", "nope",
+                "--out", str(tmp_path / "x")]) == 2
 
 
 # --------------------------------------------------------------------------------------------
