@@ -249,3 +249,24 @@ def test_rescore_pairs_and_rows_keep_the_old_score() -> None:
     assert new[0]["metrics"]["dr_q"] == pytest.approx((0.5 * 0.25) ** 0.5)
     assert new[1] == rows[1] and rows[0]["metrics"]["d-f1"] == 0.0  # input untouched
     assert rs._old_rows(new)[0]["metrics"]["d-f1"] == 0.0
+
+
+def test_lm_reader_yardstick_counts_cost_and_resumes(shared_data, tmp_path, monkeypatch
+                                                     ) -> None:
+    import ambiqa
+    from ambiqa.testing import scripted_lm
+
+    def read(inputs):  # copies the context's last word: a weak but real reader
+        return {"answer": str(inputs["context"]).split()[-1].strip(".")}
+
+    lm = scripted_lm({"ReadShortAnswer": read})
+    monkeypatch.setattr(ambiqa, "make_lm", lambda spec=None, **kw: lm)
+    mod = _script("reader_lm_ceiling.py")
+    out = tmp_path / "lm-reader"
+    assert mod.main(["--lm", "fake", "--n", "2", "--out", str(out)]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["n"] == 2 and res["lm_calls_per_question"] > 0
+    assert 0.0 <= res["d_f1"]["mean"] <= 1.0
+    calls = lm.engine.count
+    assert mod.main(["--lm", "fake", "--n", "2", "--out", str(out)]) == 0  # resumed: no call
+    assert lm.engine.count == calls
