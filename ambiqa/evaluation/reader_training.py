@@ -321,7 +321,14 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
                  "annotators x disambiguated questions (qa_pairs); spans by alias match on "
                  "SQuAD-normalised text"
                  + ("; + ASQA training grounding passages" if cfg.asqa_passages else "")
-                 + (f"; + {cfg.hotpotqa} paragraphs" if cfg.hotpotqa else ""),
+                 + (f"; + {cfg.hotpotqa} paragraphs" if cfg.hotpotqa else "")
+                 + (f"; + {cfg.ambignq} disambiguated questions over {cfg.corpus} passages "
+                    "holding their answers (distant supervision)" if cfg.ambignq else "")
+                 + ("; + its interpretation lists" if cfg.ambignq and cfg.ambignq_lists
+                    else "")
+                 + (f"; long answers x{cfg.long_answer_repeat}"
+                    if cfg.long_answer_repeat > 1 else "")
+                 + "; records sharing a question with an evaluation split dropped",
                  "holdout_questions": cfg.holdout},
         "examples": {**counts, "windows": n_feats},
         "config": asdict(cfg),
