@@ -231,7 +231,8 @@ def run_one(engine: str, threads: int, n: int, data: str, model: str, slots: int
             "output_tokens_per_q": round(summary["cost"]["output_tokens"], 1),
             "input_tokens_per_q": round(summary["cost"]["input_tokens"], 1),
             "str_em": round(summary["metrics"]["str-em"]["mean"], 4),
-            "rouge_l": round(summary["metrics"]["rouge-l"]["mean"], 4)}
+            "rouge_l": round(summary["metrics"]["rouge-l"]["mean"], 4),
+            "load_avg_1m": round(os.getloadavg()[0], 1)}
 
 
 def render(results: dict[str, Any]) -> str:
@@ -243,17 +244,19 @@ def render(results: dict[str, Any]) -> str:
         f"corpus, the first {s['n']} questions of {s['data']}, model {s['model']}, "
         f"{s['slots']} slots and {s['lm_threads']} threads on both sides, same output caps "
         f"and stop sequence, no response cache, a fresh process (and server) per row; "
-        f"{results['environment']['cpus']} CPUs.",
+        f"{results['environment']['cpus']} CPUs. `load avg` is the machine's 1-minute load "
+        "average when the row finished (other jobs shared the 2 cores).",
         "",
         "| client threads | engine | questions/hour | seconds | errors | LM calls/q "
-        "| output tok/q | STR-EM | ROUGE-L |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| output tok/q | STR-EM | ROUGE-L | load avg |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = sorted(results["rows"].values(), key=lambda r: (r["threads"], r["engine"]))
     for r in rows:
         lines.append(f"| {r['threads']} | {r['engine']} | {r['questions_per_hour']} "
                      f"| {r['seconds']} | {r['errors']} | {r['lm_calls_per_q']} "
-                     f"| {r['output_tokens_per_q']} | {r['str_em']} | {r['rouge_l']} |")
+                     f"| {r['output_tokens_per_q']} | {r['str_em']} | {r['rouge_l']} "
+                     f"| {r.get('load_avg_1m', '-')} |")
     by = {(r["engine"], r["threads"]): r for r in rows}
     ratios = [f"{t} thread(s): {by[('server', t)]['questions_per_hour'] / by[('in-process', t)]['questions_per_hour']:.2f}"  # noqa: E501
               for t in sorted({r["threads"] for r in rows})
