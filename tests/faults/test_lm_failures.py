@@ -223,3 +223,38 @@ def test_ask_exits_non_zero_with_one_line_on_a_dead_endpoint(tmp_path, tiny_inde
     assert "Traceback" not in res.stderr
     assert "the LM gave no reply" in res.stderr
     assert "SECRETKEY" not in res.stderr + res.stdout
+
+
+def test_transport_error_inside_the_json_fallback_still_fails(use_lm):
+    """DSPy retries a reply that does not parse with the JSONAdapter; if that second call
+    gets no reply, the step fails as a transport failure, it does not degrade as a parse
+    failure (the parse error is only the context of the LM error)."""
+    from ambiqa.testing import scripted_lm
+    from tests.faults.conftest import Faults
+
+    lm = use_lm(scripted_lm({"ClosedBookLongAnswer": Faults.sequence(
+        "no adapter format here", Faults.error("connection"))},
+        policy=fast_policy(max_retries=1), sleep=lambda s: None))
+    with track() as t, pytest.raises(LMError):
+        safe_step("closed_book", lambda: dspy.Predict(ClosedBookLongAnswer)(
+            question="Who wrote Little Women?"), "DEGRADED")
+    assert lm.engine.count("ClosedBookLongAnswer") == 3     # chat reply, JSON try + 1 retry
+    assert not any("degraded" in e for e in t.events)
+
+
+def test_parse_error_raised_from_an_lm_error_is_that_lm_error():
+    """Should a DSPy version wrap an LM error in a parse error, it is still found."""
+    from dspy.utils.exceptions import AdapterParseError, LMTransportError
+
+    from ambiqa.signatures.answering import ShortAnswer
+
+    cause = LMTransportError("connection refused")
+    wrapped = AdapterParseError(adapter_name="ChatAdapter", signature=ShortAnswer,
+                                lm_response="")
+    wrapped.__cause__ = cause
+
+    def step():
+        raise wrapped
+    with pytest.raises(LMTransportError) as err:
+        safe_step("x", step, "DEGRADED")
+    assert err.value is cause
