@@ -43,10 +43,10 @@ NOT_HANDLED = [
     ("The run-directory lock on network file systems",
      "the lock is fcntl.flock on OUT/.lock; NFS and some FUSE mounts may not honour flock "
      "between machines, so two hosts writing one --out are not refused there."),
-    ("Credentials logged by third-party libraries at DEBUG level",
-     "ambiqa redacts URL credentials in every event, error row, run.json, report and its "
-     "own messages; a library's own debug log of the raw URL (LiteLLM verbose mode) is not "
-     "filtered."),
+    ("Credentials printed by third-party libraries",
+     "ambiqa redacts URL credentials in every event, error row, run.json, report, its own "
+     "messages and every Python log record (once an endpoint LM is made); a library that "
+     "prints the raw URL to the terminal itself (LiteLLM's verbose mode) is not filtered."),
     ("`ambiqa compile` does not resume mid-run",
      "DSPy's BootstrapFewShot keeps its state in memory; a kill loses the compile's work "
      "(never a half-written artifact: the artifact is written atomically at the end). "

@@ -77,6 +77,10 @@ def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | N
     """
     import dspy
 
+    if api_base:  # a URL may carry credentials: keep them out of every log (issue 33)
+        from ambiqa.lm.redact import install_log_redaction
+
+        install_log_redaction()
     key: str | None = None
     if api_key_env:
         key = os.environ.get(api_key_env)

@@ -45,3 +45,32 @@ def endpoint_host(url: str | None) -> str | None:
     if not parts.scheme or not host:
         return redact(str(url))
     return f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
+
+
+_INSTALLED = False
+
+
+def install_log_redaction() -> None:
+    """Redact every log record created from now on, in every library (DSPy and LiteLLM echo
+    endpoint URLs in their warnings). Wraps the logging record factory once; a record whose
+    text holds no credential is left untouched."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    import logging
+
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record is logging's business, not ours
+            return record
+        clean = redact(text)
+        if clean != text:
+            record.msg, record.args = clean, ()
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _INSTALLED = True

@@ -209,3 +209,14 @@ def test_config_error_is_raised_for_a_second_writer_in_the_runner(tmp_path):
     finally:
         holder.kill()
         holder.wait(timeout=30)
+
+
+def test_log_records_are_redacted_once_an_endpoint_is_made(caplog):
+    import logging
+
+    from ambiqa.lm import endpoint_lm
+
+    endpoint_lm("openai/fake", api_base="http://u:TOPSECRET@127.0.0.1:9/v1", cache=False)
+    with caplog.at_level("WARNING"):
+        logging.getLogger("litellm.fake").warning("calling %s", "http://u:TOPSECRET@h/v1")
+    assert "TOPSECRET" not in caplog.text and "http://***@h/v1" in caplog.text
