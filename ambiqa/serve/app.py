@@ -253,7 +253,9 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
             state["served"] = served
             log.info("ambiqa serve: ready (%s, %d slots, queue %d, timeout %g s)",
                      served.describe()["program"], n, queue, timeout_s)
-        except BaseException as exc:  # noqa: BLE001  (reported by /readyz and the CLI)
+        except asyncio.CancelledError:  # shut down while loading: not a load failure
+            raise
+        except Exception as exc:  # noqa: BLE001  (reported by /readyz and the CLI)
             state["error"] = exc
             log.error("ambiqa serve: loading failed: %s", exc)
             if on_load_failed is not None:
