@@ -11,13 +11,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("fastapi", reason="ambiqa serve needs fastapi (pip install fastapi uvicorn)")
-pytest.importorskip("uvicorn", reason="ambiqa serve needs uvicorn (pip install fastapi uvicorn)")
-
-from ambiqa.data import demo_corpus_path, load_corpus  # noqa: E402
-from ambiqa.programs.vanilla_rag import VanillaRAG  # noqa: E402
-from ambiqa.retrieval.base import InMemoryRetriever  # noqa: E402
-from ambiqa.serve import ServedProgram  # noqa: E402
+from ambiqa.data import demo_corpus_path, load_corpus
+from ambiqa.programs.vanilla_rag import VanillaRAG
+from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.serve import ServedProgram  # the app itself (FastAPI) is imported by the tests
 
 MANIFEST = {"program": "vanilla_rag", "program_config": {"k": 3}, "ambiqa_version": "0.1.0",
             "lm": "scripted/fake", "retriever": {"kind": "memory", "index": "demo-memory"},

@@ -8,6 +8,9 @@ import time
 
 import dspy
 import pytest
+
+pytest.importorskip("fastapi", reason="ambiqa serve needs FastAPI (pip install fastapi uvicorn)")
+pytest.importorskip("uvicorn", reason="ambiqa serve needs uvicorn (pip install fastapi uvicorn)")
 from fastapi.testclient import TestClient
 
 from ambiqa.errors import ConfigError

@@ -18,6 +18,9 @@ from html.parser import HTMLParser
 
 import pytest
 
+pytest.importorskip("fastapi", reason="ambiqa serve needs FastAPI (pip install fastapi uvicorn)")
+pytest.importorskip("uvicorn", reason="ambiqa serve needs uvicorn (pip install fastapi uvicorn)")
+
 from ambiqa.serve.app import create_app
 from ambiqa.testing import vanilla_rag_lm
 
