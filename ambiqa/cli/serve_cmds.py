@@ -67,7 +67,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             lifespan="on", timeout_graceful_shutdown=int(args.timeout) + 5,
                             server_header=False, access_log=args.access_log)
     server = uvicorn.Server(config)
-    print(f"ambiqa serve: {args.artifact} on http://{args.host}:{args.port}/ "
+    where = f"http://{args.host}:{args.port}/" if args.port else "a free port (uvicorn's log)"
+    print(f"ambiqa serve: {args.artifact} on {where} "
           f"(loading the LM and index; /readyz says when ready)", flush=True)
     server.run()
     if failure:
