@@ -195,7 +195,9 @@ class AmbiqaProgram(dspy.Module):
         caller's context, so ``dspy.context(lm=...)`` overrides, the callbacks a user
         installed and an enclosing :func:`ambiqa.tracing.track` all apply inside it.
         """
-        return await asyncio.to_thread(self.forward, question)
+        # ``type(self).forward``: acall has already run the callbacks; reading ``self.forward``
+        # would make DSPy log "calling module.forward directly is discouraged" every call.
+        return await asyncio.to_thread(type(self).forward, self, question)
 
 
 def safe_step(step: str, fn, default):
