@@ -253,12 +253,32 @@ _HELD: dict[str, list[Any]] = {}  # resolved run dir -> [open lock file, holders
 _HELD_LOCK = threading.Lock()
 
 
-def _holder(path: Path) -> str:
+def _holder(path: Path, wait_s: float = 2.0) -> str:
+    """``pid N`` of the lock's holder. The holder writes its pid just after taking the lock,
+    so a refused process that looks in between waits a moment for it."""
+    import time
+
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            info = path.read_text(encoding="utf-8").split()
+        except OSError:
+            info = []
+        if info and info[0].isdigit() and _alive(int(info[0])):  # not a dead holder's pid
+            return f"pid {info[0]}"
+        if time.monotonic() >= end:
+            return "another process"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
     try:
-        info = path.read_text(encoding="utf-8").split()
-    except OSError:
-        return "another process"
-    return f"pid {info[0]}" if info and info[0].isdigit() else "another process"
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def lock_run_dir(out_dir: Path) -> Callable[[], None]:
