@@ -290,9 +290,7 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
         # so the failures can be read (report.md lists them) before the run is redone
         if out_dir is not None and report and rows:
             bar.close()
-            from ambiqa.evaluation.report import write_run_report
-
-            write_run_report(out_dir, rows=rows, spec=spec, examples=examples)
+            report(out_dir, rows=rows, spec=spec, examples=examples)  # the caller's writer
         raise
     finally:
         bar.close()

@@ -17,6 +17,7 @@ from ambiqa.errors import ConfigError
 from ambiqa.lm.embedded import EmbeddedSettings, XLlamaEngine
 from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
+from ambiqa.lm.redact import install_log_redaction
 from ambiqa.lm.resilience import ResilientEngine, RetryPolicy
 
 _ENGINES: dict[tuple, XLlamaEngine] = {}
@@ -78,8 +79,6 @@ def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | N
     import dspy
 
     if api_base:  # a URL may carry credentials: keep them out of every log (issue 33)
-        from ambiqa.lm.redact import install_log_redaction
-
         install_log_redaction()
     key: str | None = None
     if api_key_env:
