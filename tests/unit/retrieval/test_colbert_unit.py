@@ -209,8 +209,9 @@ def test_build_reports_bad_corpus_files(tmp_path):
     bad.write_text(json.dumps({"id": "1", "title": "t", "text": "ok"}) + "\n{oops\n")
     with pytest.raises(DataError, match=r"bad.jsonl, line 2"):
         ColBERTRetriever.build(bad, index_root=tmp_path, name="idx")
-    bad.write_text(json.dumps({"title": "no id", "text": "x"}) + "\n")
-    with pytest.raises(DataError, match="missing field 'id'"):
+    # A row without an id gets a stable one (issue 35); a row without text is refused.
+    bad.write_text(json.dumps({"id": "1", "title": "no text"}) + "\n")
+    with pytest.raises(DataError, match="missing field 'text'"):
         ColBERTRetriever.build(bad, index_root=tmp_path, name="idx")
 
 
