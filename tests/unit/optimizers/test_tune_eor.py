@@ -267,15 +267,19 @@ def test_results_jsonl_is_read_through_the_results_reader(tmp_path):
                            "prediction": pred, **({"error": error} if error else {})}) + "\n"
 
     stale = dict(rows[1]["answers"], **{"Wiki@10": "stale"})
-    results.write_text(line(rows[0]) + line(rows[1], answers=stale) + "not json\n"
-                       + json.dumps([1, 2]) + "\n" + line(rows[2]) + line(rows[1])
-                       + line(rows[3], error="timeout") + line(rows[2], error="boom")
-                       + '{"id": "torn"')
+    body = (line(rows[0]) + line(rows[1], answers=stale) + line(rows[2]) + line(rows[1])
+            + line(rows[3], error="timeout") + line(rows[2], error="boom"))
+    # A corrupt line in the middle is refused with its number (issue 33: never a silent n-1).
+    results.write_text(line(rows[0]) + "not json\n" + body)
+    with pytest.raises(Exception, match="line 2"):
+        ew.load_cache(results)
+    # A torn last line (a killed run) is tolerated and counted.
+    results.write_text(body + '{"id": "torn"')
     cache = ew.load_cache(results)
     # q1: the later row wins; q2 and q3: last row is an error, dropped
     assert cache.ids() == ["q0", "q1"]
     assert cache.questions[1]["answers"] == rows[1]["answers"]
-    assert cache.stats == {"malformed_lines": 3, "error_rows": 2, "no_member_answers": 0}
+    assert cache.stats == {"malformed_lines": 1, "error_rows": 2, "no_member_answers": 0}
     assert cache.gold_metric == "f1" and cache.data_spec == "webq:train:4"
     assert cache.meta["rerank_depth"] == 7 and cache.meta["lm"] == "openai/fake"
     with pytest.raises(Exception, match="differs from the run's data"):
