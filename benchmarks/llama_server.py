@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--data", default="asqa:dev")
     one.add_argument("--engine", choices=ENGINES, required=True)
     ap.add_argument("--out", default=str(OUT_DIR))
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help="engines in the order they run at each thread count (reverse it in "
+                         "a second pass to see the machine's drift)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("AMBIQA_CACHE", str(ROOT / ".ambiqa-cache"))
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     results["environment"] = {"cpus": os.cpu_count(), "machine": platform.machine(),
                               "python": sys.version.split()[0]}
     for t in (int(x) for x in str(args.threads).split(",") if x.strip()):
-        for engine in ENGINES:
+        for engine in [e.strip() for e in args.engines.split(",") if e.strip() in ENGINES]:
             key = f"{engine}@{t}"
             if key in results["rows"]:
                 print(f"{key}: measured already (--force to redo)", flush=True)
