@@ -244,6 +244,8 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                   f"{d['verdict']}" for d in demo.get("demos", [])) +
               f"; training questions looked at: {len(demo.get('train_questions', []))} "
               f"(classes {demo.get('train_classes')}).", ""]
+    if meta.get("note"):
+        lines += [str(meta["note"]), ""]
     return "\n".join(lines)
 
 
@@ -259,11 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report", action="store_true", help="only re-render from the rows")
+    ap.add_argument("--note", default=None, help="a line for summary.md (kept in meta.json)")
     args = ap.parse_args(argv)
     rows_path, meta_path = args.out / "rows.jsonl", args.out / "meta.json"
     items, info = dev_items(args.n)
     meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta.update({"n": args.n, "items": len(items), **info, "items_per_q": {}})
+    if args.note is not None:
+        meta["note"] = args.note
+        if args.report:
+            atomic_write_json(meta_path, meta)
     for it in items:
         meta["items_per_q"][it["qid"]] = meta["items_per_q"].get(it["qid"], 0) + 1
     if not args.report:
