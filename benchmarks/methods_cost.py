@@ -13,7 +13,7 @@ Two LMs:
 
 * ``--lm embedded`` (default; ``embedded:qwen2.5-coder-0.5b`` for the fast model) -- the real
   local model, uncached. It serves one request at a time, so rounds = calls by force.
-* ``--lm fake --delay 0.5`` -- :mod:`fake_openai_server`: an OpenAI-compatible endpoint that
+* ``--lm fake --delay 0.5`` -- :mod:`ambiqa.testing_server`: an OpenAI-compatible endpoint that
   answers any DSPy signature after a fixed delay, concurrently. Token counts are estimates,
   answers are nonsense, but the *orchestration* is the real program's. Two checks that can
   fail: *rounds/min* > 1 means calls that could run together ran one after another (or the
@@ -124,7 +124,7 @@ def open_lm(spec: str, delay: float, true_rate: float) -> Iterator[Any]:
     import dspy
 
     if spec == "fake":
-        from benchmarks.fake_openai_server import serve
+        from ambiqa.testing_server import serve
 
         url, shutdown = serve(delay, true_rate=true_rate)
         try:

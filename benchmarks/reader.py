@@ -362,7 +362,7 @@ COMPILE_DIR = ROOT / "benchmarks/results/reader-compile"
 
 
 COMPILE_NOTES = """
-The program's LM is the fake OpenAI-compatible endpoint (`python -m benchmarks.fake_openai_server
+The program's LM is the fake OpenAI-compatible endpoint (`python -m ambiqa.testing_server
 --delay 0.05`, URL in `$URL`), so the counts come from the compile's own trace, not from a real
 model's quality; index `bm25:wiki-bm25`. Raw outputs: `benchmarks/results/reader-compile/`.
 

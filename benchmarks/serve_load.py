@@ -7,7 +7,7 @@ What it does:
 
 1. builds a tiny set-up in a temporary directory: a BM25 index over the bundled demo corpus and
    a ``vanilla_rag`` artifact (k=3, no optimizer) that names it;
-2. starts the fake OpenAI-compatible server (``benchmarks/fake_openai_server.py``, its own
+2. starts the fake OpenAI-compatible server (:mod:`ambiqa.testing_server`, its own
    process) with a fixed delay per call, and ``ambiqa serve`` (its own process) in front of it
    with ``--concurrency SLOTS`` and DSPy's response cache off;
 3. measures a *direct* in-process call of the same artifact against the same fake server
@@ -81,7 +81,7 @@ def questions(n: int) -> list[str]:
 def start_fake_server(delay: float, max_seconds: float) -> tuple[subprocess.Popen, str]:
     """The fake OpenAI-compatible server in its own process; returns it and its api_base."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.fake_openai_server", "--delay", str(delay),
+        [sys.executable, "-m", "ambiqa.testing_server", "--delay", str(delay),
          "--max-concurrent", "64", "--max-seconds", str(max_seconds)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
     url = (proc.stdout.readline() if proc.stdout else "").strip()

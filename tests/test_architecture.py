@@ -41,7 +41,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     2: ("ambiqa.programs",),
     3: ("ambiqa.optimizers",),
     # the top-level package (its __init__ is the public API) and what sits beside it
-    4: ("ambiqa", "ambiqa.api", "ambiqa.jobs", "ambiqa.doctor", "ambiqa.testing"),
+    4: ("ambiqa", "ambiqa.api", "ambiqa.jobs", "ambiqa.doctor", "ambiqa.testing",
+        "ambiqa.testing_server"),
     5: ("ambiqa.cli", "ambiqa.serve"),
 }
 LAYER_NAMES = {0: "foundation", 1: "components", 2: "programs", 3: "optimizers", 4: "api",

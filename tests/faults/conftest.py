@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_SERVER = ROOT / "benchmarks" / "fake_openai_server.py"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,13 +119,9 @@ def small_passages():
 
 # ---- a misbehaving OpenAI-compatible endpoint ---------------------------------------------
 def _load_fake_server():
-    import importlib.util
+    from ambiqa import testing_server
 
-    spec = importlib.util.spec_from_file_location("fake_openai_server", FAKE_SERVER)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_openai_server", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return testing_server
 
 
 class FaultyEndpoint:

@@ -12,12 +12,10 @@ package creates. Without either, the tests that need it skip and say why.
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,13 +95,10 @@ def pg_url() -> Iterator[str]:
 
 
 def load_fake_server():
-    """``benchmarks/fake_openai_server.py`` as a module (the repository's fake endpoint)."""
-    path = ROOT / "benchmarks" / "fake_openai_server.py"
-    spec = importlib.util.spec_from_file_location("fake_openai_server", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_openai_server", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    """:mod:`ambiqa.testing_server`, the repository's fake endpoint."""
+    from ambiqa import testing_server
+
+    return testing_server
 
 
 def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -55,7 +55,7 @@ def test_in_flight_request_finishes_when_the_server_stops(make_served, live_serv
 
 
 def test_cli_serve_answers_curl_and_drains_on_sigterm(tmp_path):
-    from benchmarks.fake_openai_server import serve as fake_server
+    from ambiqa.testing_server import serve as fake_server
     from benchmarks.serve_load import build_demo_artifact, start_serve, stop
 
     artifact, index_root = build_demo_artifact(tmp_path)

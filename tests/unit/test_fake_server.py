@@ -3,32 +3,21 @@ requests concurrently (the property the efficiency benchmark relies on)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Literal
 
 import dspy
 import pytest
 
 import ambiqa  # noqa: F401  (LITELLM_LOCAL_MODEL_COST_MAP before LiteLLM loads)
+from ambiqa import testing_server
 from ambiqa.signatures.common import QAPair
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "fake_openai_server.py"
-
-
-def _load_module():
-    spec = importlib.util.spec_from_file_location("fake_openai_server", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _load_module()
+fake = testing_server
 
 
 class IsSupported(dspy.Signature):

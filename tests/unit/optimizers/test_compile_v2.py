@@ -310,7 +310,7 @@ def test_cli_compiles_diva_with_gepa_and_simba_on_a_fake_endpoint(optimizer, ext
     answer from the artifact."""
     from ambiqa.cli import main
     from ambiqa.data import demo_corpus_path
-    from benchmarks.fake_openai_server import serve
+    from ambiqa.testing_server import serve
 
     root = str(tmp_path / "idx")
     monkeypatch.setenv("AMBIQA_INDEX_ROOT", root)  # where the artifact's index is opened

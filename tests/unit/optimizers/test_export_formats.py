@@ -105,7 +105,7 @@ def test_uncompiled_export_is_allowed_and_marked(tmp_path, capsys):
 
 
 def test_cli_export_verify_against_a_fake_endpoint(tmp_path, capsys):
-    from benchmarks.fake_openai_server import serve
+    from ambiqa.testing_server import serve
 
     path = save_artifact(tmp_path / "cb.json", ClosedBook(), {
         **_manifest(program="closed_book", program_config={})})
@@ -148,7 +148,7 @@ def test_load_refuses_program_kwargs_that_override_stored_settings(tmp_path, dem
 
 
 def test_compile_cli_uses_recipe_defaults_dry_run_and_budget(tmp_path, capsys):
-    from benchmarks.fake_openai_server import serve
+    from ambiqa.testing_server import serve
 
     url, shutdown = serve(delay=0.0)
     lm_args = ["--lm", "openai/fake", "--api-base", url, "--no-cache"]

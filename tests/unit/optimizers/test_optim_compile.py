@@ -226,7 +226,7 @@ def test_multi_predictor_program_gets_demos_per_predictor(use_lm):
 def test_mipro_runs_with_small_settings_on_a_fake_endpoint(use_lm, demo_retriever):
     import dspy
 
-    from benchmarks.fake_openai_server import serve
+    from ambiqa.testing_server import serve
 
     url, shutdown = serve(delay=0.0)
     try:
@@ -248,7 +248,7 @@ def test_every_program_compiles_with_bootstrap_on_a_fake_endpoint(name, use_lm, 
     """Each program compiles (demos for every predictor that ran) and still answers."""
     import dspy
 
-    from benchmarks.fake_openai_server import serve
+    from ambiqa.testing_server import serve
 
     cls = program_class(name)
     kwargs = {"encoder": HashEncoder()} if "encoder" in inspect.signature(

@@ -156,7 +156,7 @@ def _tune_cmd(url: str, db: Path, out: Path, trials: int) -> list[str]:
 
 def test_killed_tune_process_resumes(tmp_path):
     """SIGKILL a tune subprocess mid-study (fake OpenAI endpoint), rerun, finish the study."""
-    from benchmarks.fake_openai_server import serve
+    from ambiqa.testing_server import serve
 
     url, shutdown = serve(delay=0.05)
     db, out = tmp_path / "kill.db", tmp_path / "kill.json"

@@ -1,4 +1,5 @@
-"""A fake OpenAI-compatible chat-completions server for cost and latency benchmarks.
+"""A fake OpenAI-compatible chat-completions server: test support, and the ``fake`` LM of the
+cost and latency benchmarks (``python -m ambiqa.testing_server``; stdlib only).
 
 Why: the embedded LM serves one request at a time, so it cannot show whether a program's
 independent LM calls really overlap. This server answers every ``POST /v1/chat/completions``
