@@ -8,6 +8,7 @@ LM load, and never touches results already written.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,12 @@ def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: A
         timeout_s=args.timeout_s, max_error_rate=args.max_error_rate,
         reader=getattr(args, "reader", None), index=getattr(args, "index", None),
         index_root=getattr(args, "index_root", None),
-        program_config=program_config(args) or None, lm_label=args.lm,
+        program_config=program_config(args) or None,
+        # The LM the run used, as make_lm resolves it (--lm, else $AMBIQA_LM, else the
+        # embedded default), so run.json and compare's setup never say "not recorded"; an
+        # LM object passed in (tests) is labelled by --lm alone.
+        lm_label=args.lm or (None if lm is not None
+                             else os.environ.get("AMBIQA_LM") or "embedded"),
         part=getattr(args, "part", None), progress=progress)
     result = evaluate(args.target, args.data, settings, lm=lm, retriever=retriever,
                       make_lm=lambda: lm_from_args(args))
