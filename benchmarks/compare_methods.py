@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -183,7 +184,7 @@ PLAN: dict[str, Dataset] = {
 
 #: "Does compiling help?" (issue 16): (program, teleprompter, dev questions). Compiled on the
 #: program's recipe training split (ASQA train), scored on the same first dev questions as the
-#: zero-shot row it is paired against. ``COMPILE_ARGS`` are the settings of every compile.
+#: zero-shot row it is paired against. ``COMPILE_SETTINGS`` are the settings of every compile.
 #: ``diva-labeled`` is not in the issue's list: it is the fix the error analysis of Diva's
 #: missed targets chose (most shortfalls were too few clarified readings, and labeled demos
 #: from ASQA train show the clarifier 2-4 gold DQ/DA pairs; no LM call to compile).
@@ -196,21 +197,33 @@ COMPILE_PLAN: tuple[tuple[str, str, int], ...] = (
 #: ``verdict-labeled`` is the fix the error analysis of VerDICt's missed target chose on the
 #: first 12 ASQA train questions (``benchmarks/results/asqa-train-ab/README.md``), so those 12
 #: are left out of its demo pool: the artifact is the one evaluated there.
-COMPILE_EXTRA: dict[str, list[str]] = {"verdict-labeled": ["--train", "asqa:train:13-500"]}
+COMPILE_EXTRA: dict[str, dict[str, Any]] = {"verdict-labeled": {"train": "asqa:train:13-500"}}
 #: ``toc-knn-gold`` is ToC as its paper runs it: few-shot, the exemplars being the labelled
 #: training questions nearest the question (here the 2 nearest of all 500 ASQA train
 #: questions, not the paper's 5: an exemplar with its passages is ~500 tokens, so five would
 #: bring a prompt near the 1.5B's 4k context and double its prefill). Zero-shot, the clarifier
 #: mostly repeats the question, so the zero-shot tree has one reading.
-COMPILE_ARGS: dict[str, list[str]] = {
-    "labeled": ["--k", "2"], "knn": ["--k", "2"], "bootstrap": ["--k", "2"],
+#: Each is :class:`ambiqa.api.CompileSettings` fields (``k``) or teleprompter options (the
+#: rest), named as the API names them; :func:`_flags` spells them as ``ambiqa compile`` flags.
+COMPILE_SETTINGS: dict[str, dict[str, Any]] = {
+    "labeled": {"k": 2}, "knn": {"k": 2}, "bootstrap": {"k": 2},
     # "a light setting": few candidates and trials, a small validation slice
-    "mipro": ["--k", "2", "--num-candidates", "3", "--mipro-trials", "6", "--n-val", "8"],
-    "knn-gold": ["--k", "2", "--knn-gold-only", "--knn-pool", "500"],
+    "mipro": {"k": 2, "num_candidates": 3, "mipro_trials": 6, "n_val": 8},
+    "knn-gold": {"k": 2, "knn_gold_only": True, "knn_pool": 500},
 }
 #: plan teleprompter names that are settings of another teleprompter
 COMPILE_OPTIMIZER: dict[str, str] = {"knn-gold": "knn"}
 COMPILED_DIR = "asqa-compiled"  # run directories of the compiled programs, under --root
+#: ``ambiqa compile``'s defaults of the teleprompter options it always passes to
+#: :func:`ambiqa.api.compile` (``ambiqa/cli/optimize_cmds.py``), so an artifact compiled here
+#: records the settings the same command line would.
+COMPILE_OPTION_DEFAULTS: dict[str, Any] = {
+    "num_candidates": 4, "mipro_trials": 4, "knn_pool": 8, "knn_gold_only": False, "n_val": 8,
+    "threads": 1, "predictor_signal": False, "reflection_lm": None, "gepa_rollouts": None,
+    "gepa_auto": None, "gepa_selector": "round_robin", "reflection_minibatch": 2,
+    "simba_steps": 2, "simba_bsize": 4}
+#: ``ambiqa compile``'s defaults of the CompileSettings fields it sets from its flags
+COMPILE_FIELD_DEFAULTS: dict[str, Any] = {"k": 2, "seed": 0, "threshold": None, "train": None}
 
 COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
                 ("output_tokens", "out tok", 0), ("retriever_calls", "retr.", 1),
@@ -218,25 +231,86 @@ COST_COLUMNS = (("lm_calls", "LM calls", 1), ("input_tokens", "in tok", 0),
 
 
 # ---- run mode -----------------------------------------------------------------------------------
-def evaluate_argv(ds: Dataset, program: str, n: int, out: Path, *, lm: str | None,
-                  index: str | None, threads: int, timeout_s: float | None,
-                  reader: str | None, target: str | None = None,
-                  data: str | None = None) -> list[str]:
-    """The ``ambiqa evaluate`` command line of one run (also printed, to rerun by hand);
-    ``target`` replaces the program name (an artifact path), ``data`` the data spec."""
-    argv = ["evaluate", target or ds.program_of(program), "--data", data or f"{ds.data}:{n}",
-            "--metrics", ",".join(ds.metrics), "--out", str(out), "--threads", str(threads)]
-    if ds.configs.get(program):
-        argv += ["--program-config", json.dumps(ds.configs[program], sort_keys=True)]
-    if lm:
-        argv += ["--lm", lm]
-    if index:
-        argv += ["--index", index]
-    if timeout_s:
-        argv += ["--timeout-s", str(timeout_s)]
-    if reader:
-        argv += ["--reader", reader]
-    return argv
+def _flags(settings: dict[str, Any]) -> list[str]:
+    """``settings`` spelled as command-line flags (``knn_pool`` → ``--knn-pool``), for the
+    log and the tables only: nothing parses them."""
+    out: list[str] = []
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out += [flag, str(value)]
+    return out
+
+
+def _make_lm(spec: str | None) -> Any:
+    """The LM ``ambiqa evaluate/compile --lm SPEC`` builds with its other LM flags at their
+    defaults (``ambiqa.cli.common.lm_from_args``), configured with ambiqa's tracing."""
+    from ambiqa.lm import configure, make_lm
+
+    return configure(make_lm(spec, api_base=None, api_key_env=None, max_tokens=512,
+                             threads=None, cache=True))
+
+
+@dataclass(frozen=True)
+class EvaluateJob:
+    """One evaluation: the arguments of :func:`ambiqa.api.evaluate`, as ``ambiqa evaluate``
+    would pass them (so run.json holds the RunSpec the CLI writes, and runs stay resumable
+    either way), and the equivalent command line for the log."""
+
+    target: str
+    data: str
+    settings: Any  # ambiqa.api.EvaluateSettings
+    lm: str | None
+
+    def command(self) -> str:
+        """The ``ambiqa evaluate`` command line this job equals (printed to rerun by hand)."""
+        s = self.settings
+        argv = ["evaluate", self.target, "--data", self.data, "--metrics", ",".join(s.metrics),
+                "--out", str(s.out), "--threads", str(s.threads)]
+        if s.program_config:
+            argv += ["--program-config", json.dumps(s.program_config, sort_keys=True)]
+        argv += ["--lm", self.lm] if self.lm else []
+        argv += ["--index", s.index] if s.index else []
+        argv += ["--timeout-s", str(s.timeout_s)] if s.timeout_s else []
+        argv += ["--reader", s.reader] if s.reader else []
+        argv += ["--resume"] if s.resume else []
+        return "ambiqa " + shlex.join(argv)
+
+    def run(self, *, lm_object: Any = None, retriever: Any = None) -> dict[str, Any]:
+        """Run it with :func:`ambiqa.api.evaluate`; ``lm_object`` / ``retriever`` replace the
+        LM and index the settings name (tests). Returns summary.json's dict."""
+        import dataclasses
+        import os
+
+        from ambiqa.api import evaluate
+
+        # run.json's LM as `ambiqa evaluate` records it: --lm, else $AMBIQA_LM, else the
+        # embedded default; an LM object passed in (tests) is labelled by --lm alone
+        label = self.lm or (None if lm_object is not None
+                            else os.environ.get("AMBIQA_LM") or "embedded")
+        settings = dataclasses.replace(self.settings, lm_label=label)
+        return evaluate(self.target, self.data, settings, lm=lm_object, retriever=retriever,
+                        make_lm=lambda: _make_lm(self.lm)).summary
+
+
+def evaluate_job(ds: Dataset, program: str, n: int, out: Path, *, lm: str | None,
+                 index: str | None, threads: int, timeout_s: float | None,
+                 reader: str | None, target: str | None = None, data: str | None = None,
+                 progress: bool = True) -> EvaluateJob:
+    """The evaluation of one run; ``target`` replaces the program name (an artifact path),
+    ``data`` the data spec. A run directory that holds a run.json is resumed."""
+    from ambiqa.api import EvaluateSettings
+
+    config = ds.configs.get(program)
+    settings = EvaluateSettings(
+        metrics=list(ds.metrics), out=str(out), resume=(out / "run.json").exists(),
+        threads=threads, timeout_s=timeout_s, reader=reader, index=index,
+        # as `--program-config JSON` reads it back: a fresh dict, keys sorted
+        program_config=json.loads(json.dumps(config, sort_keys=True)) if config else None,
+        progress=progress)
+    return EvaluateJob(target or ds.program_of(program), data or f"{ds.data}:{n}", settings, lm)
 
 
 def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, root: Path, *,
@@ -250,10 +324,6 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
     Returns one status dict per pair; a pair that fails with a user error is reported and
     the plan goes on.
     """
-    from ambiqa.cli import build_parser
-    from ambiqa.cli.eval_cmds import evaluate_from_args
-
-    parser = build_parser()
     statuses = []
     for key in datasets:
         ds = PLAN[key]
@@ -273,17 +343,13 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
                     statuses.append({"dataset": key, "program": program, "ok": False,
                                      "error": f"missing artifact {target}"})
                     continue
-            argv = evaluate_argv(ds, program, n or ds.programs[program], out, lm=lm, index=index,
-                                 threads=threads, timeout_s=timeout_s, reader=reader,
-                                 target=target)
-            if (out / "run.json").exists():
-                argv.append("--resume")
-            log("ambiqa " + " ".join(argv))
-            args = parser.parse_args(argv)
+            job = evaluate_job(ds, program, n or ds.programs[program], out, lm=lm, index=index,
+                               threads=threads, timeout_s=timeout_s, reader=reader,
+                               target=target, progress=progress)
+            log(job.command())
             t0 = time.perf_counter()
             try:
-                summary, _ = evaluate_from_args(args, lm=lm_object, retriever=retriever,
-                                                progress=progress)
+                summary = job.run(lm_object=lm_object, retriever=retriever)
                 statuses.append({"dataset": key, "program": program, "ok": True,
                                  "n": summary["n"], "errors": summary["n_errors"],
                                  "seconds": round(time.perf_counter() - t0, 1)})
@@ -294,16 +360,66 @@ def run_plan(datasets: list[str], programs: list[str] | None, n: int | None, roo
     return statuses
 
 
-def compile_argv(program: str, opt: str, artifact: Path, *, lm: str | None,
-                 index: str | None, threads: int = 1) -> list[str]:
-    """The ``ambiqa compile`` command line of one compile (the recipe's train split unless
-    :data:`COMPILE_EXTRA` names another); ``threads`` training questions answered at once."""
-    argv = ["compile", program, "--optimizer", COMPILE_OPTIMIZER.get(opt, opt), *COMPILE_ARGS[opt],
-            *COMPILE_EXTRA.get(f"{program}-{opt}", []), "--out", str(artifact)]
+def compile_settings(program: str, opt: str, artifact: Path, *, threads: int = 1) -> Any:
+    """The :class:`ambiqa.api.CompileSettings` of one compile, as ``ambiqa compile`` builds
+    them from the plan's flags (the recipe's train split and metric unless
+    :data:`COMPILE_EXTRA` names another split); ``threads`` training questions at once."""
+    from ambiqa.api import CompileSettings
+    from ambiqa.optimizers.recipes import get_recipe
+
+    recipe = get_recipe(program)
+    given = {**COMPILE_SETTINGS[opt], **COMPILE_EXTRA.get(f"{program}-{opt}", {}),
+             "threads": threads}
+    fields = {k: given.get(k, v) for k, v in COMPILE_FIELD_DEFAULTS.items()}
+    options = {k: given.get(k, v) for k, v in COMPILE_OPTION_DEFAULTS.items()}
+    unknown = set(given) - set(fields) - set(options)
+    if unknown:  # a plan typo, not a user error
+        raise ValueError(f"unknown compile settings {sorted(unknown)} for {program}-{opt}")
+    return CompileSettings(train=fields["train"] or recipe.train, dev=None,
+                           metric=recipe.metric, optimizer=COMPILE_OPTIMIZER.get(opt, opt),
+                           k=fields["k"], seed=fields["seed"], threshold=fields["threshold"],
+                           out=artifact, max_lm_calls=None, allow_eval_splits=False,
+                           options=options, program_config=None)
+
+
+def compile_command(program: str, opt: str, artifact: Path, *, lm: str | None,
+                    index: str | None, threads: int = 1) -> str:
+    """The ``ambiqa compile`` command line a compile equals (for the log; never parsed)."""
+    argv = ["compile", program, "--optimizer", COMPILE_OPTIMIZER.get(opt, opt),
+            *_flags(COMPILE_SETTINGS[opt]), *_flags(COMPILE_EXTRA.get(f"{program}-{opt}", {})),
+            "--out", str(artifact)]
     argv += ["--threads", str(threads)] if threads > 1 else []
     argv += ["--lm", lm] if lm else []
     argv += ["--index", index] if index else []
-    return argv
+    return "ambiqa " + shlex.join(argv)
+
+
+def compile_one(program: str, settings: Any, *, lm: str | None, index: str | None,
+                log: Any = print) -> Any:
+    """Compile with :func:`ambiqa.api.compile` as ``ambiqa compile`` does: the training split
+    and thread count checked before any model loads, the index opened as the CLI opens it
+    (a program that needs one and has none is refused), the LM built from ``lm``."""
+    import types
+
+    from ambiqa.api import compile as compile_job
+    from ambiqa.checks import check_int
+    from ambiqa.data import parse_spec
+    from ambiqa.optimizers.splits import check_training_data
+    from ambiqa.programs.registry import program_class
+
+    cls = program_class(program)
+    parse_spec(settings.train)
+    check_training_data(spec=settings.train, allow_eval_splits=settings.allow_eval_splits)
+    check_int("threads", settings.options["threads"], 1)
+    retriever = None
+    if index:
+        from ambiqa.retrieval.factory import open_retriever
+
+        retriever = open_retriever(index, root=None)
+    elif cls.needs_retriever:
+        raise ConfigError(f"{program} needs a retriever", hint="pass --index NAME")
+    return compile_job(program, settings=settings, lm=_make_lm(lm), retriever=retriever,
+                       console=types.SimpleNamespace(print=log))
 
 
 def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: int = 2,
@@ -317,11 +433,6 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
     ``only`` keeps the entries named ``program-teleprompter``; ``n`` replaces the plan's
     question counts (a later run with the plan's n extends the same run directories).
     """
-    from ambiqa.cli import build_parser
-    from ambiqa.cli.eval_cmds import evaluate_from_args
-    from ambiqa.cli.optimize_cmds import cmd_compile
-
-    parser = build_parser()
     ds = PLAN["asqa"]
     statuses = []
     for program, opt, n_plan in COMPILE_PLAN:
@@ -331,17 +442,16 @@ def run_compile_plan(root: Path, *, lm: str | None, index: str | None, threads: 
         artifact = root / "compiled" / f"{name}.json"
         try:
             if not artifact.is_file():
-                argv = compile_argv(program, opt, artifact, lm=lm, index=index,
-                                    threads=threads)
-                log("ambiqa " + " ".join(argv))
-                cmd_compile(parser.parse_args(argv))
+                log(compile_command(program, opt, artifact, lm=lm, index=index,
+                                    threads=threads))
+                compile_one(program, compile_settings(program, opt, artifact, threads=threads),
+                            lm=lm, index=index, log=log)
             out = root / COMPILED_DIR / name
-            argv = evaluate_argv(ds, str(artifact), n or n_plan, out, lm=lm, index=index,
-                                 threads=threads, timeout_s=None, reader=None)
-            if (out / "run.json").exists():
-                argv.append("--resume")
-            log("ambiqa " + " ".join(argv))
-            summary, _ = evaluate_from_args(parser.parse_args(argv), progress=progress)
+            job = evaluate_job(ds, str(artifact), n or n_plan, out, lm=lm, index=index,
+                               threads=threads, timeout_s=None, reader=None,
+                               progress=progress)
+            log(job.command())
+            summary = job.run()
             statuses.append({"compiled": name, "ok": True, "n": summary["n"],
                              "errors": summary["n_errors"]})
         except AmbiqaError as exc:
@@ -363,24 +473,16 @@ def run_eor_tuning(root: Path, *, lm: str | None, index: str | None, threads: in
     exists, is passed as the dev cache so the report shows default vs tuned on dev as well
     (the weights never see it; tune-eor refuses question ids the two share).
     """
-    from ambiqa.cli import build_parser
-    from ambiqa.cli.eval_cmds import evaluate_from_args
-    from ambiqa.cli.optimize_cmds import cmd_tune_eor
-
     if tuning not in EOR_TUNINGS:
         raise ConfigError(f"unknown EoR tuning {tuning!r}",
                           hint=f"choose from {', '.join(EOR_TUNINGS)}")
     spec = EOR_TUNINGS[tuning]
-    parser = build_parser()
     ds = Dataset(spec.name, spec.data, {"eor": n or spec.n}, SHORT_METRICS, "em", {}, "")
     out = root / TUNING_DIR / spec.name
-    argv = evaluate_argv(ds, "eor", n or spec.n, out, lm=lm, index=index, threads=threads,
-                         timeout_s=None, reader=None, data=spec.spec(n))
-    if (out / "run.json").exists():
-        argv.append("--resume")
-    log("ambiqa " + " ".join(argv))
-    summary, _ = evaluate_from_args(parser.parse_args(argv), lm=lm_object, retriever=retriever,
-                                    progress=progress)
+    job = evaluate_job(ds, "eor", n or spec.n, out, lm=lm, index=index, threads=threads,
+                       timeout_s=None, reader=None, data=spec.spec(n), progress=progress)
+    log(job.command())
+    summary = job.run(lm_object=lm_object, retriever=retriever)
     artifact = root / spec.artifact
     tune = ["tune-eor", str(out / "results.jsonl"), "--trials", str(trials),
             "--artifact", str(artifact), "--out", str(out.parent / f"{spec.name}-weights.json"),
@@ -391,7 +493,12 @@ def run_eor_tuning(root: Path, *, lm: str | None, index: str | None, threads: in
     if dev.is_file():
         tune += ["--dev-cache", str(dev)]
     log("ambiqa " + " ".join(tune))
-    cmd_tune_eor(parser.parse_args(tune))
+    # ambiqa.api has no tune-eor verb yet (cmd_tune_eor's report is built in the CLI): the
+    # one step still run through the CLI's parser
+    from ambiqa.cli import build_parser
+    from ambiqa.cli.optimize_cmds import cmd_tune_eor
+
+    cmd_tune_eor(build_parser().parse_args(tune))
     return {"tuning_run": str(out), "n": summary["n"], "errors": summary["n_errors"],
             "artifact": str(artifact)}
 
@@ -646,7 +753,7 @@ def compile_lines(root: Path, exclude: frozenset[str] = frozenset()) -> list[str
     metrics = list(ASQA_METRICS)
     lines = ["## Does compiling help? (ASQA train → ASQA dev)", "",
              "Each program compiled on its recipe's training split (ASQA train; "
-             + "; ".join(f"{o}: `{' '.join(a)}`" for o, a in COMPILE_ARGS.items())
+             + "; ".join(f"{o}: `{' '.join(_flags(a))}`" for o, a in COMPILE_SETTINGS.items())
              + "), then scored on the same first dev questions as its zero-shot row above. "
              "Δ = compiled − zero-shot, paired on the questions both runs hold (a failed "
              "question scores 0), 95% paired BCa bootstrap interval; * = excludes 0.", "",

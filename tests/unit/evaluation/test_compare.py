@@ -208,7 +208,9 @@ def test_evaluate_resume_extend_and_refusals_keep_results(tmp_path, capsys, shar
     assert _evaluate(out, "--resume", "--lm", "embedded:qwen2.5-coder-1.5b",
                      "--program-config", '{"k": 3}') == EXIT_USER_ERROR
     err = " ".join(capsys.readouterr().err.split())
-    assert "LM: stored none, now 'embedded:qwen2.5-coder-1.5b'" in err
+    # the first run recorded the LM evaluate resolved (no --lm: $AMBIQA_LM or the embedded
+    # default), never none
+    assert "LM: stored none" not in err and "now 'embedded:qwen2.5-coder-1.5b'" in err
     assert 'program config: stored none, now {"k": 3}' in err
     assert main(["evaluate", "closed_book", "--data", "asqa:dev:2", "--metrics", "str-em",
                  "--out", str(out), "--resume"]) == EXIT_USER_ERROR
@@ -315,13 +317,51 @@ def test_compare_methods_short_form_baselines_get_their_program_config(tmp_path,
     """On HotpotQA/NQ/WebQ the long-form baselines answer in the short form those data sets
     score; the evaluate command line carries it, so the run.json records it."""
     cm = benchmark_script("compare_methods")
-    argv = cm.evaluate_argv(cm.PLAN["hotpotqa"], "vanilla_rag", 60, tmp_path, lm="embedded",
-                            index="dense:wiki-dense", threads=2, timeout_s=None, reader=None)
-    assert argv[argv.index("--program-config") + 1] == '{"answer_form": "short"}'
-    assert argv[argv.index("--data") + 1] == "hotpotqa:dev:60"
-    assert "--program-config" not in cm.evaluate_argv(
-        cm.PLAN["hotpotqa"], "resp", 60, tmp_path, lm=None, index=None, threads=1,
-        timeout_s=None, reader=None)
+    job = cm.evaluate_job(cm.PLAN["hotpotqa"], "vanilla_rag", 60, tmp_path, lm="embedded",
+                          index="dense:wiki-dense", threads=2, timeout_s=None, reader=None)
+    assert job.settings.program_config == {"answer_form": "short"}
+    assert job.data == "hotpotqa:dev:60" and job.target == "vanilla_rag"
+    assert """--program-config '{"answer_form": "short"}'""" in job.command()
+    resp = cm.evaluate_job(cm.PLAN["hotpotqa"], "resp", 60, tmp_path, lm=None, index=None,
+                           threads=1, timeout_s=None, reader=None)
+    assert resp.settings.program_config is None and "--program-config" not in resp.command()
+
+
+@pytest.mark.parametrize("lm, index, config", [
+    ("embedded", "dense:wiki-dense", "vanilla_rag"), (None, None, "resp")])
+def test_compare_methods_evaluates_with_the_settings_the_cli_builds(
+        tmp_path, benchmark_script, monkeypatch, lm, index, config):
+    """The script calls ambiqa.api.evaluate itself; the settings it passes are those
+    `ambiqa evaluate` builds from the command line the script logs (so run.json is the
+    same RunSpec either way and stored runs resume under both)."""
+    import shlex
+
+    import ambiqa.api
+    from ambiqa.cli import build_parser
+    from ambiqa.cli.eval_cmds import evaluate_from_args
+
+    cm = benchmark_script("compare_methods")
+    calls = []
+
+    def capture(target, data, settings, **kw):
+        calls.append((target, data, settings))
+        raise ConfigError("captured")
+
+    monkeypatch.setattr(ambiqa.api, "evaluate", capture)
+    monkeypatch.delenv("AMBIQA_LM", raising=False)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}")  # a stored run: resumed
+    job = cm.evaluate_job(cm.PLAN["hotpotqa"], config, 60, out, lm=lm, index=index,
+                          threads=2, timeout_s=30.0, reader="lm")
+    assert job.settings.resume
+    argv = shlex.split(job.command().removeprefix("ambiqa "))
+    for run in (lambda: job.run(), lambda: evaluate_from_args(build_parser().parse_args(argv))):
+        with pytest.raises(ConfigError, match="captured"):
+            run()
+    (t1, d1, s1), (t2, d2, s2) = calls
+    assert (t1, d1) == (t2, d2) and s1 == s2
+    assert s1.lm_label == (lm or "embedded")
     assert cm.PLAN["asqa"].programs["toc"] == 30 and cm.PLAN["asqa"].n == 60
 
 
@@ -406,23 +446,45 @@ def test_intervals_do_not_depend_on_row_order_and_need_three_questions():
     assert same["ci95"] == [0.5, 0.5] and same["ci_method"] == "degenerate"
 
 
-def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path, benchmark_script):
+def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path, benchmark_script,
+                                                                  monkeypatch):
     """Every compile of the "does compiling help?" plan is a valid `ambiqa compile` command
     on a training split (the recipe default), evaluated on the zero-shot row's questions."""
-    from ambiqa.cli import build_parser
-    from ambiqa.optimizers.recipes import get_recipe
+    import shlex
+
+    from ambiqa.cli import build_parser, optimize_cmds
 
     cm = benchmark_script("compare_methods")
     parser = build_parser()
+    captured = {}
+
+    def capture(program, train, dev, metric, optimizer, k, seed, retriever, lm, reader, out,
+                config, threshold, console, *, options, max_lm_calls, allow_eval_splits):
+        captured["settings"] = dict(train=train, dev=dev, metric=metric, optimizer=optimizer,
+                                    k=k, seed=seed, threshold=threshold, out=out,
+                                    max_lm_calls=max_lm_calls,
+                                    allow_eval_splits=allow_eval_splits, options=options,
+                                    program_config=config or None)
+
+    # the CLI's compile, to the point where it calls ambiqa.api.compile, without models
+    monkeypatch.setattr(optimize_cmds, "compile_and_save", capture)
+    monkeypatch.setattr(optimize_cmds, "retriever_from_args", lambda *a, **k: None)
+    monkeypatch.setattr(optimize_cmds, "lm_from_args", lambda args: None)
+    monkeypatch.setattr(optimize_cmds, "reader_from_args", lambda args: None)
     for program, opt, n in cm.COMPILE_PLAN:
-        args = parser.parse_args(cm.compile_argv(program, opt, tmp_path / "a.json",
-                                                 lm="embedded", index="dense:wiki-dense",
-                                                 threads=2))
-        assert args.optimizer == cm.COMPILE_OPTIMIZER.get(opt, opt)
-        assert args.threads == 2
-        assert args.k == 2
-        assert ":train" in (args.train or get_recipe(program).train)
+        artifact = tmp_path / "a.json"
+        settings = cm.compile_settings(program, opt, artifact, threads=2)
+        assert settings.optimizer == cm.COMPILE_OPTIMIZER.get(opt, opt)
+        assert settings.options["threads"] == 2
+        assert settings.k == 2
+        assert ":train" in settings.train
         assert n <= cm.PLAN["asqa"].programs[program]  # paired with the zero-shot row
+        command = cm.compile_command(program, opt, artifact, lm="embedded",
+                                     index="dense:wiki-dense", threads=2)
+        optimize_cmds.cmd_compile(parser.parse_args(
+            shlex.split(command.removeprefix("ambiqa "))))
+        mine = {f: getattr(settings, f) for f in captured["settings"]}
+        assert mine == captured.pop("settings"), f"{program}-{opt}"
     assert cm.main(["--compile", "--compiled", "vanilla_rag-nope", "--root",
                     str(tmp_path)]) == 2
 
@@ -489,10 +551,10 @@ def test_a_plan_variant_runs_its_program_under_its_own_name(tmp_path, shared_dat
         variants={"vanilla_rag-recall": "vanilla_rag"},
         pairs=(("vanilla_rag-recall", "vanilla_rag"),))
     monkeypatch.setitem(cm.PLAN, "webq", ds)
-    argv = cm.evaluate_argv(ds, "vanilla_rag-recall", 2, tmp_path, lm=None, index=None,
-                            threads=1, timeout_s=None, reader=None)
-    assert argv[1] == "vanilla_rag"
-    assert json.loads(argv[argv.index("--program-config") + 1])["recall_fallback"] is True
+    job = cm.evaluate_job(ds, "vanilla_rag-recall", 2, tmp_path, lm=None, index=None,
+                          threads=1, timeout_s=None, reader=None)
+    assert job.target == "vanilla_rag"
+    assert job.settings.program_config["recall_fallback"] is True
     lm = use_lm(scripted_lm({"ShortAnswer": {"answer": "Paris"},
                              "ShortAnswerOrUnknown": {"answer": "Lyon"}}))
     retriever = InMemoryRetriever([Passage("p1", "France", "Paris is the capital of France.")])
