@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+# the ambiqa subprocess environment the fault tests use (one definition)
+from tests.faults.conftest import cli_env  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_URL_ENV = "AMBIQA_TEST_PG_URL"
 
@@ -101,12 +104,3 @@ def load_fake_server():
     return testing_server
 
 
-def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """Environment for an ``ambiqa`` subprocess: the shared caches, no debug tracebacks."""
-    env = dict(os.environ)
-    env.pop("AMBIQA_DEBUG", None)
-    env.setdefault("AMBIQA_CACHE", str(ROOT / ".ambiqa-cache"))
-    env["DSPY_CACHEDIR"] = str(tmp_path / "dspy-cache")
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
