@@ -260,7 +260,7 @@ class ShardedRetriever(SharedResource):
         if self.kind == "dense":
             out = self._dense_search(checked, k)
         else:
-            per_shard = self._fan_out(lambda s: s.batch_search(checked, k))
+            per_shard = self._fan_out(lambda s: _shard_batch(s, checked, k))
             out = [_merge([rows[i] for rows in per_shard], k) for i in range(len(checked))]
         step = (time.perf_counter() - t0) / len(checked)
         for i, q in enumerate(checked):
@@ -284,6 +284,15 @@ class ShardedRetriever(SharedResource):
             if found is not None:
                 return found
         return None
+
+
+def _shard_batch(shard: Any, queries: list[str], k: int) -> list[list[Passage]]:
+    """A shard's batch search; one ``search`` per query for a shard object that implements
+    only ``search`` (a user's own retriever wrapped as a shard)."""
+    batch = getattr(shard, "batch_search", None)
+    if batch is not None:
+        return batch(queries, k)
+    return [shard.search(q, k) for q in queries]
 
 
 def _merge(lists: Sequence[Sequence[Passage]], k: int) -> list[Passage]:
