@@ -13,7 +13,7 @@
 
 Each verb takes its settings dataclass (``IndexSettings``, ``EvaluateSettings``,
 ``CompileSettings``, ``TuneConfig``, ``ExportSettings``) or the same fields as keywords, and
-returns a typed result. None takes an ``argparse.Namespace``.
+returns a typed result. None takes parsed command-line flags: the CLI calls these.
 """
 
 from __future__ import annotations
