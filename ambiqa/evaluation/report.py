@@ -181,20 +181,29 @@ def has_member_answers(rows: list[dict[str, Any]]) -> bool:
                for r in rows)
 
 
+def _examples_of(spec: Any, examples: list[Any] | None) -> tuple[list[Any] | None, str | None]:
+    """The run's examples: those given, else the run's data reloaded from its spec; None and
+    the reason when there are none (no spec, or the data moved)."""
+    if examples is not None:
+        return examples, None
+    if spec is None or not spec.data:
+        return None, "no data spec to read gold answers from"
+    try:
+        from ambiqa.data import load_dataset
+
+        return load_dataset(spec.data), None
+    except Exception as exc:  # a report must render even when the data moved
+        return None, f"gold answers unavailable ({type(exc).__name__}: {exc})"
+
+
 def golds_for(rows: list[dict[str, Any]], spec: RunSpec | None,
                examples: list[Any] | None) -> tuple[dict[str, list[str]], str | None]:
     """Gold answers by example id, from the given examples or by reloading the run's data."""
     from ambiqa.evaluation.registry import gold_answers_of
 
+    examples, why = _examples_of(spec, examples)
     if examples is None:
-        if spec is None or not spec.data:
-            return {}, "no data spec to read gold answers from"
-        try:
-            from ambiqa.data import load_dataset
-
-            examples = load_dataset(spec.data)
-        except Exception as exc:  # a report must render even when the data moved
-            return {}, f"gold answers unavailable ({type(exc).__name__}: {exc})"
+        return {}, why
     out: dict[str, list[str]] = {}
     for i, ex in enumerate(examples):
         try:
@@ -304,15 +313,9 @@ def gold_views(spec: RunSpec | None, examples: list[Any] | None
     examples are given. The second value says why there are none (data moved, no spec)."""
     from ambiqa.evaluation.metrics import as_list, field_value, short_answers_of
 
+    examples, why = _examples_of(spec, examples)
     if examples is None:
-        if spec is None or not spec.data:
-            return {}, "no data spec to read gold answers from"
-        try:
-            from ambiqa.data import load_dataset
-
-            examples = load_dataset(spec.data)
-        except Exception as exc:  # a report must render even when the data moved
-            return {}, f"gold answers unavailable ({type(exc).__name__}: {exc})"
+        return {}, why
     out: dict[str, dict[str, Any]] = {}
     for i, ex in enumerate(examples):
         pairs = [{"question": str(field_value(p, "question", "") or ""),
