@@ -1,0 +1,326 @@
+"""Generate the two "which program?" tables from the stored runs, never by hand.
+
+* BENCHMARKS.md's ASQA table (the block in ``benchmarks/results/sections/today.md``): every
+  stored ASQA dev run of the default 1.5B over ``dense:wiki-dense``, zero-shot and compiled,
+  with STR-EM, ROUGE-L, D-F1, DR, DR paired against zero-shot ``vanilla_rag`` and the median
+  length of the long answer (the references' is 61 words);
+* the README's "Pick a program" table: one line per program with its LM calls per question
+  and its standing, each figure computed here from the same runs (and the short-answer runs
+  for the programs made for NQ-, WebQ- and HotpotQA-like questions).
+
+Both live between ``<!-- program-table:... -->`` marker lines; the text around them is prose
+and stays hand-written. D-F1 is read by ``extractive:minilm-asqa-v3`` (a stand-in for the
+ASQA paper's RoBERTa-large SQuAD2 reader): the zero-shot and older compiled runs were re-read
+by it without an LM call (``benchmarks/results/evidence-rescored``), newer runs were scored by
+it when they ran. DR is the set-level ``sqrt(mean D-F1 x mean ROUGE-L)``; a failed question
+scores 0; intervals are 95% BCa bootstrap, paired on the questions both runs hold.
+
+    python -m benchmarks.program_table           # rewrite both blocks
+    python -m benchmarks.program_table --check   # exit 1 if either block is out of date
+
+Run ``python -m benchmarks.render`` afterwards to carry today.md into BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ambiqa.evaluation.report import Run, cost_stats, load_run
+from ambiqa.evaluation.stats import paired_comparison, summarize_metric
+
+ROOT = Path(__file__).resolve().parents[1]
+TODAY = ROOT / "benchmarks/results/sections/today.md"
+README = ROOT / "README.md"
+
+ASQA = "benchmarks/results/evidence-rescored/asqa"
+COMPILED = "benchmarks/results/evidence-rescored/asqa-compiled"
+NEW = "benchmarks/results/compile-v3/runs"
+SHORT = "benchmarks/results/evidence"
+
+
+@dataclass(frozen=True)
+class AsqaRow:
+    program: str
+    optimizer: str  # "" for zero-shot
+    run: str  # run directory, relative to the repository root
+
+
+#: BENCHMARKS' table, in this order; a run directory not on disk is left out (a compile row
+#: appears once its dev run exists).
+ASQA_ROWS: list[AsqaRow] = [
+    AsqaRow("closed_book", "", f"{ASQA}/closed_book"),
+    AsqaRow("vanilla_rag", "", f"{ASQA}/vanilla_rag"),
+    AsqaRow("vanilla_rag", "mipro", f"{COMPILED}/vanilla_rag-mipro"),
+    AsqaRow("vanilla_rag", "knn", f"{COMPILED}/vanilla_rag-knn"),
+    AsqaRow("vanilla_rag", "bootstrap", f"{COMPILED}/vanilla_rag-bootstrap"),
+    AsqaRow("vanilla_rag", "labeled", f"{COMPILED}/vanilla_rag-labeled"),
+    AsqaRow("diva", "", f"{ASQA}/diva"),
+    AsqaRow("diva", "bootstrap by DR + signal demos", f"{NEW}/diva-bootstrap-dr-signal"),
+    AsqaRow("diva", "knn", f"{COMPILED}/diva-knn"),
+    AsqaRow("diva", "bootstrap", f"{COMPILED}/diva-bootstrap"),
+    AsqaRow("diva", "labeled", f"{COMPILED}/diva-labeled"),
+    AsqaRow("toc", "", f"{ASQA}/toc"),
+    AsqaRow("toc", "knn, gold demos", f"{COMPILED}/toc-knn-gold"),
+    AsqaRow("verdict", "", f"{ASQA}/verdict"),
+]
+BASELINE = f"{ASQA}/vanilla_rag"
+
+
+# ------------------------------------------------------------------ reading the runs
+
+@functools.cache
+def run(path: str) -> Run:
+    return load_run(ROOT / path)
+
+
+def exists(path: str) -> bool:
+    return (ROOT / path / "results.jsonl").is_file()
+
+
+def value(path: str, metric: str) -> dict:
+    return summarize_metric(run(path).rows, metric)
+
+
+@functools.cache
+def paired(path: str, base: str, metric: str) -> dict:
+    return paired_comparison(run(base).rows, run(path).rows, metric)
+
+
+def lm_calls(path: str) -> float:
+    return cost_stats(run(path).rows)["lm_calls"]["mean"]
+
+
+def median_words(path: str) -> float:
+    words = [len(str((r.get("prediction") or {}).get("answer") or "").split())
+             for r in run(path).rows if not r.get("error")]
+    return statistics.median(words) if words else math.nan
+
+
+# ------------------------------------------------------------------ formatting
+
+def num(x: float, digits: int = 3) -> str:
+    return "–" if math.isnan(x) else f"{x:.{digits}f}".replace("-", "−")
+
+
+def signed(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:+.3f}".replace("-", "−")
+
+
+def interval(lo: float, hi: float) -> str:
+    return f"[{num(lo)}, {num(hi)}]"
+
+
+def with_ci(s: dict) -> str:
+    return f"{num(s['mean'])} {interval(*s['ci95'])}"
+
+
+def delta(path: str, base: str, metric: str) -> str:
+    """``+0.110 [0.038, 0.172]``: run − base on the questions both hold."""
+    p = paired(path, base, metric)
+    return f"{signed(p['diff'])} {interval(*p['ci95'])}"
+
+
+def standing(path: str, base: str, metric: str) -> str:
+    """above / below / level: whether the paired interval excludes 0, and on which side."""
+    p = paired(path, base, metric)
+    if not p["excludes_zero"]:
+        return "level"
+    return "above" if p["diff"] > 0 else "below"
+
+
+def asqa_table() -> str:
+    head = ("| program (optimizer) | n | STR-EM | ROUGE-L | D-F1 | DR | Δ DR vs vanilla_rag "
+            "| median words |\n|---|---:|---|---|---|---|---|---:|")
+    lines = [head]
+    for row in ASQA_ROWS:
+        if not exists(row.run):
+            continue
+        name = f"`{row.program}`" + (f" ({row.optimizer})" if row.optimizer else "")
+        dr = value(row.run, "dr")
+        diff = "–" if row.run == BASELINE else delta(row.run, BASELINE, "dr")
+        lines.append(
+            f"| {name} | {dr['n']} | {num(value(row.run, 'str-em')['mean'])} "
+            f"| {num(value(row.run, 'rouge-l')['mean'])} | {num(value(row.run, 'd-f1')['mean'])} "
+            f"| {with_ci(dr)} | {diff} | {median_words(row.run):.0f} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the README's table
+
+@dataclass(frozen=True)
+class ReadmeRow:
+    program: str  # the first cell, as shown
+    use_when: str
+    run: str  # the run its LM calls come from
+    standing: Callable[[], str]
+
+
+def _asqa(name: str) -> str:
+    return f"{ASQA}/{name}"
+
+
+def _short(name: str) -> str:
+    return f"{SHORT}/{name}"
+
+
+def _best_compiled_vanilla() -> str:
+    """The compiled vanilla_rag with the highest DR (the bar a compiled ambiguity program
+    has to clear)."""
+    runs = [r.run for r in ASQA_ROWS if r.program == "vanilla_rag" and r.optimizer
+            and exists(r.run)]
+    return max(runs, key=lambda p: value(p, "dr")["mean"])
+
+
+def _opt_of(path: str) -> str:
+    return next(r.optimizer for r in ASQA_ROWS if r.run == path)
+
+
+def _vanilla() -> str:
+    best = _best_compiled_vanilla()
+    return (f"DR {num(value(BASELINE, 'dr')['mean'])}; "
+            f"{delta(BASELINE, _asqa('closed_book'), 'dr')} over closed book; best compile "
+            f"({_opt_of(best)}) {delta(best, BASELINE, 'dr')}: {standing(best, BASELINE, 'dr')}")
+
+
+def _diva() -> str:
+    ratio = lm_calls(_asqa("diva")) / lm_calls(BASELINE)
+    return (f"DR {num(value(_asqa('diva'), 'dr')['mean'])}, "
+            f"{delta(_asqa('diva'), BASELINE, 'dr')} over vanilla_rag: "
+            f"{standing(_asqa('diva'), BASELINE, 'dr')}, at {ratio:.1f}× the calls")
+
+
+def _diva_compiled() -> str:
+    new = f"{NEW}/diva-bootstrap-dr-signal"
+    if not exists(new):
+        return "dev run not stored yet"
+    best = _best_compiled_vanilla()
+    return (f"DR {num(value(new, 'dr')['mean'])} (n = {value(new, 'dr')['n']}); vs vanilla_rag "
+            f"({_opt_of(best)}) {delta(new, best, 'dr')}: {standing(new, best, 'dr')}; "
+            f"STR-EM vs zero-shot diva {delta(new, _asqa('diva'), 'str-em')}")
+
+
+def _toc() -> str:
+    dr = value(_asqa("toc"), "dr")
+    return (f"DR {num(dr['mean'])} (n = {dr['n']}), "
+            f"{standing(_asqa('toc'), BASELINE, 'dr')} with vanilla_rag")
+
+
+def _verdict() -> str:
+    return (f"{standing(_asqa('verdict'), BASELINE, 'dr')} vanilla_rag "
+            f"(DR {delta(_asqa('verdict'), BASELINE, 'dr')}) with the 1.5B")
+
+
+def _query_refinement() -> str:
+    word = standing(_asqa("query_refinement"), _asqa("closed_book"), "dr")
+    return ("no better than closed book" if word != "above" else "above closed book") + \
+        f" (DR {delta(_asqa('query_refinement'), _asqa('closed_book'), 'dr')})"
+
+
+def _short_vanilla() -> str:
+    nq = delta(_short("nq/vanilla_rag"), _short("nq/closed_book"), "f1")
+    hotpot = delta(_short("hotpotqa/vanilla_rag"), _short("hotpotqa/closed_book"), "f1")
+    return (f"F1 {nq} over closed book on NQ, {hotpot} on HotpotQA; add `recall_fallback` if "
+            "the corpus may lack answers")
+
+
+def _resp() -> str:
+    resp = _short("hotpotqa/resp")
+    return (f"HotpotQA F1 {delta(resp, _short('hotpotqa/closed_book'), 'f1')} over closed book; "
+            f"{delta(resp, _short('hotpotqa/vanilla_rag'), 'f1')} over short vanilla_rag: "
+            f"{standing(resp, _short('hotpotqa/vanilla_rag'), 'f1')}")
+
+
+def _ircot() -> str:
+    return (f"HotpotQA F1 {delta(_short('hotpotqa/ircot'), _short('hotpotqa/closed_book'), 'f1')}"
+            " over closed book")
+
+
+def _eor() -> str:
+    eor = _short("webq/eor")
+    return (f"weights tuned on WebQ train: EM {delta(eor, _short('webq/vanilla_rag'), 'em')} "
+            f"over short vanilla_rag on WebQ: {standing(eor, _short('webq/vanilla_rag'), 'em')}")
+
+
+README_ROWS: list[ReadmeRow] = [
+    ReadmeRow("`vanilla_rag`", "the default: ambiguous questions, long answers",
+              BASELINE, _vanilla),
+    ReadmeRow('`vanilla_rag` `{"answer_form": "short"}`',
+              "short answers (NQ-, HotpotQA-like)", _short("nq/vanilla_rag"), _short_vanilla),
+    ReadmeRow("`closed_book`", "no corpus; the floor to beat", _asqa("closed_book"),
+              lambda: f"DR {num(value(_asqa('closed_book'), 'dr')['mean'])}"),
+    ReadmeRow("`diva` (`ambiqa.Diva`)", "many readings per question, a stronger LM",
+              _asqa("diva"), _diva),
+    ReadmeRow("`diva`, compiled: `--optimizer bootstrap --metric dr --predictor-signal`",
+              "you have training questions with qa pairs", f"{NEW}/diva-bootstrap-dr-signal",
+              _diva_compiled),
+    ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
+              "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
+    ReadmeRow("`verdict` (`ambiqa.VerDICt`)", "per-passage grounding, with an LM that can "
+              "abstain", _asqa("verdict"), _verdict),
+    ReadmeRow("`query_refinement`", "a closed-book baseline naming readings",
+              _asqa("query_refinement"), _query_refinement),
+    ReadmeRow("`resp` (`ambiqa.ReSP`)", "multi-hop questions", _short("hotpotqa/resp"), _resp),
+    ReadmeRow("`ircot` (`ambiqa.IRCoT`)", "multi-hop, interleaved retrieval",
+              _short("hotpotqa/ircot"), _ircot),
+    ReadmeRow("`eor` (`ambiqa.EoR`)", "unsure whether the corpus covers the questions",
+              _short("webq/eor"), _eor),
+]
+
+
+def readme_table() -> str:
+    lines = ["| program | use it when | LM calls | standing with the 1.5B (paired, 95% CI) |",
+             "|---|---|---:|---|"]
+    for row in README_ROWS:
+        calls = num(lm_calls(row.run), 1) if exists(row.run) else "–"
+        lines.append(f"| {row.program} | {row.use_when} | {calls} | {row.standing()} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the marked blocks
+
+BEGIN = "<!-- program-table:begin (generated by `python -m benchmarks.program_table`) -->"
+END = "<!-- program-table:end -->"
+_BLOCK = re.compile(re.escape(BEGIN) + r"\n.*?\n" + re.escape(END), re.S)
+
+
+def replace_block(text: str, table: str, where: Path) -> str:
+    if len(_BLOCK.findall(text)) != 1:
+        raise SystemExit(f"program_table: {where} needs exactly one block between\n  {BEGIN}\n"
+                         f"  {END}")
+    return _BLOCK.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text)
+
+
+def documents() -> list[tuple[Path, str]]:
+    return [(path, replace_block(path.read_text(encoding="utf-8"), make(), path))
+            for path, make in ((TODAY, asqa_table), (README, readme_table))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="do not write; exit 1 if a block differs from the stored runs")
+    args = ap.parse_args(argv)
+    docs = documents()
+    if args.check:
+        stale = [p for p, text in docs if p.read_text(encoding="utf-8") != text]
+        for p in stale:
+            print(f"{p} is out of date: run python -m benchmarks.program_table", file=sys.stderr)
+        return 1 if stale else 0
+    from ambiqa.fsutil import atomic_write_text
+
+    for p, text in docs:
+        atomic_write_text(p, text)
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
