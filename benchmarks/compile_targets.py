@@ -1,0 +1,191 @@
+"""Issue 34's compile targets for one compiled ambiguity program, from stored runs (no LM call).
+
+Given the dev run of a compiled program, the zero-shot run of the same program and the best
+compiled ``vanilla_rag`` on the same ASQA dev questions (default 1.5B, dense index, D-F1 read
+by ``extractive:minilm-asqa-v3``, a stand-in for the ASQA paper's RoBERTa reader), this says
+for each target whether it is met, with its numbers:
+
+* DR above the best compiled vanilla_rag, the paired interval excluding 0 (n >= 60);
+* STR-EM not lowered against the zero-shot program (the interval's upper end above 0);
+* the long answers keep the references' form: median length between 40 and 100 words;
+* Diva's verifier against its own signal: path accuracy >= 0.8 with both paths taken.
+
+and gives one round of error analysis: for each gold reading, the step that lost it
+(retrieval, verification, clarification, generation; :func:`ambiqa.optimizers.feedback.diagnose`)
+in the compiled and the zero-shot run, on the same questions.
+
+    python -m benchmarks.compile_targets \
+        --run benchmarks/results/compile-v3/runs/diva-bootstrap-dr-signal
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ambiqa.data import load_dataset
+from ambiqa.evaluation.report import load_run
+from ambiqa.evaluation.stats import paired_comparison, summarize_metric
+from ambiqa.fsutil import atomic_write_json, atomic_write_text
+from ambiqa.optimizers.feedback import STEPS, diagnose
+from ambiqa.optimizers.signals import accuracy_from_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+RESCORED = "benchmarks/results/evidence-rescored"
+ZERO_SHOT = f"{RESCORED}/asqa/diva"
+BEST_VANILLA = f"{RESCORED}/asqa-compiled/vanilla_rag-mipro"
+MIN_N = 60
+WORDS = (40, 100)
+VERIFIER_PATH = 0.8
+
+
+def words(text: Any) -> int:
+    return len(str(text or "").split())
+
+
+def median_words(rows: list[dict[str, Any]]) -> float:
+    got = [words((r.get("prediction") or {}).get("answer")) for r in rows if not r.get("error")]
+    return float(statistics.median(got)) if got else float("nan")
+
+
+def fmt(p: dict[str, Any]) -> str:
+    lo, hi = p["ci95"]
+    return f"{p['diff']:+.3f} [{lo:.3f}, {hi:.3f}] (n = {p['n_shared']})"
+
+
+def loss_steps(rows: list[dict[str, Any]], examples: dict[str, Any], ids: set[str]
+               ) -> dict[str, int]:
+    """Gold readings stated, and those lost per step, over the rows in ``ids``."""
+    count: Counter[str] = Counter()
+    for row in rows:
+        ex = examples.get(str(row["id"]))
+        if str(row["id"]) not in ids or ex is None:
+            continue
+        if row.get("error"):
+            count["failed question"] += 1
+            continue
+        for pair in diagnose(ex, row.get("prediction") or {}):
+            count["stated" if pair.stated else pair.lost_at or "?"] += 1
+    return {k: count.get(k, 0) for k in ("stated", *STEPS, "failed question")}
+
+
+def measure(run_dir: str, zero_shot: str, best_vanilla: str) -> dict[str, Any]:
+    new, zs, van = (load_run(ROOT / p) for p in (run_dir, zero_shot, best_vanilla))
+    data = new.spec.data.split(":")
+    examples = {str(ex.id): ex for ex in load_dataset(":".join(data[:2]))}
+    shared = {str(r["id"]) for r in new.rows} & {str(r["id"]) for r in zs.rows}
+    refs = [statistics.median(words(a) for a in examples[i].long_answers)
+            for i in sorted(shared) if i in examples and examples[i].get("long_answers")]
+    out: dict[str, Any] = {
+        "run": run_dir, "zero_shot": zero_shot, "best_vanilla": best_vanilla,
+        "reader": new.spec.reader, "lm": new.spec.lm, "index": new.spec.index,
+        "n": summarize_metric(new.rows, "dr")["n"],
+        "failed": sum(1 for r in new.rows if r.get("error")),
+        "values": {m: summarize_metric(new.rows, m) for m in ("str-em", "rouge-l", "d-f1", "dr")},
+        "vs_best_vanilla": {m: paired_comparison(van.rows, new.rows, m)
+                            for m in ("str-em", "rouge-l", "d-f1", "dr")},
+        "vs_zero_shot": {m: paired_comparison(zs.rows, new.rows, m)
+                         for m in ("str-em", "rouge-l", "d-f1", "dr")},
+        "median_words": {"compiled": median_words(new.rows),
+                         "zero_shot": median_words([r for r in zs.rows
+                                                    if str(r["id"]) in shared]),
+                         "references": float(statistics.median(refs)) if refs else None},
+        "signal": {"compiled": accuracy_from_rows(new.rows, examples),
+                   "zero_shot": accuracy_from_rows([r for r in zs.rows
+                                                    if str(r["id"]) in shared], examples)},
+        "loss_steps": {"compiled": loss_steps(new.rows, examples, shared),
+                       "zero_shot": loss_steps(zs.rows, examples, shared)},
+    }
+    path = out["signal"]["compiled"].get("verify.path", {})
+    taken = {k: v for k, v in (path.get("predicted") or {}).items() if k != "None"}
+    dr = out["vs_best_vanilla"]["dr"]
+    strem = out["vs_zero_shot"]["str-em"]
+    med = out["median_words"]["compiled"]
+    out["targets"] = [
+        {"target": f"DR above the best compiled vanilla_rag, interval excluding 0, n >= {MIN_N}",
+         "value": fmt(dr), "met": bool(dr["ci95"][0] > 0 and dr["n_shared"] >= MIN_N)},
+        {"target": "STR-EM not lowered against the zero-shot program (upper end above 0)",
+         "value": fmt(strem), "met": bool(strem["ci95"][1] > 0)},
+        {"target": f"median long answer {WORDS[0]}-{WORDS[1]} words (references "
+                   f"{out['median_words']['references']:.0f})",
+         "value": f"{med:.0f}", "met": bool(WORDS[0] <= med <= WORDS[1])},
+        {"target": f"verifier path accuracy >= {VERIFIER_PATH}, both paths taken",
+         "value": (f"{path.get('accuracy', float('nan')):.3f} (n = {path.get('n', 0)}), "
+                   f"paths taken {dict(taken)}"),
+         "met": bool(path.get("accuracy", 0) >= VERIFIER_PATH
+                     and sum(1 for v in taken.values() if v) >= 2)},
+    ]
+    return out
+
+
+def render(m: dict[str, Any], command: str) -> str:
+    lines = [f"# Compile targets: `{Path(m['run']).name}` (issue 34)", "",
+             f"`{command}` -- ASQA dev, LM `{m['lm']}`, index `{m['index']}`, D-F1 read by "
+             f"`{m['reader']}` (a STAND-IN for the ASQA paper's RoBERTa-large SQuAD2 reader). "
+             "Paired 95% BCa bootstrap intervals on the questions both runs hold; a failed "
+             f"question scores 0 ({m['failed']} failed).", "",
+             "| target | measured | met? |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['value']} | {'met' if t['met'] else 'missed'} |"
+              for t in m["targets"]]
+    best, zero = Path(m["best_vanilla"]).name, Path(m["zero_shot"]).name
+    lines += ["", f"| metric | compiled | vs best compiled vanilla_rag (`{best}`) "
+              f"| vs zero-shot (`{zero}`) |",
+              "|---|---|---|---|"]
+    for name, v in m["values"].items():
+        lo, hi = v["ci95"]
+        lines.append(f"| {name} | {v['mean']:.3f} [{lo:.3f}, {hi:.3f}] "
+                     f"| {fmt(m['vs_best_vanilla'][name])} | {fmt(m['vs_zero_shot'][name])} |")
+    mw = m["median_words"]
+    lines += ["", f"Median long answer: compiled {mw['compiled']:.0f} words, zero-shot "
+              f"{mw['zero_shot']:.0f}, references {mw['references']:.0f} (same questions; a "
+              "question's reference length is the median of its annotators').", "",
+              "Inner predictors against their own signals (same questions):", "",
+              "| predictor | compiled: accuracy (per expected class) | zero-shot |",
+              "|---|---|---|"]
+    comp, zs = m["signal"]["compiled"], m["signal"]["zero_shot"]
+    for name in sorted(k for k in comp if not k.startswith("_")):
+        lines.append(f"| {name} | {_acc(comp.get(name))} | {_acc(zs.get(name))} |")
+    lines += ["", "Error analysis -- each gold reading: stated, or the step that lost it "
+              "(`ambiqa.optimizers.feedback.diagnose`):", "",
+              "| run | " + " | ".join(m["loss_steps"]["compiled"]) + " |",
+              "|---|" + "---:|" * len(m["loss_steps"]["compiled"])]
+    for run, counts in m["loss_steps"].items():
+        lines.append(f"| {run} | " + " | ".join(str(v) for v in counts.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _acc(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "–"
+    if "accuracy" not in entry:
+        return json.dumps(entry)
+    if "by_expected" not in entry:  # typing / rewriting: share of gold qa pairs covered
+        return f"{entry['accuracy']:.3f} (n = {entry['n']}; mean coverage {entry['mean_coverage']})"
+    classes = ", ".join(f"{k}: {v['right']}/{v['n']}" for k, v in entry["by_expected"].items())
+    said = ", ".join(f"{k}: {v}" for k, v in entry["predicted"].items())
+    return f"{entry['accuracy']:.3f} (n = {entry['n']}; right per class {classes}; said {said})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True, help="the compiled program's dev run directory")
+    ap.add_argument("--zero-shot", default=ZERO_SHOT)
+    ap.add_argument("--best-vanilla", default=BEST_VANILLA)
+    ap.add_argument("--out", help="default: targets.{md,json} beside the run directory")
+    args = ap.parse_args(argv)
+    m = measure(args.run, args.zero_shot, args.best_vanilla)
+    out = Path(args.out) if args.out else (ROOT / args.run).parent.parent / "targets"
+    command = "python -m benchmarks.compile_targets " + " ".join(argv or sys.argv[1:])
+    atomic_write_json(out.with_suffix(".json"), {**m, "command": command})
+    atomic_write_text(out.with_suffix(".md"), render(m, command))
+    print(render(m, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
