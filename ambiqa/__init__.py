@@ -34,6 +34,7 @@ _LAZY: dict[str, str] = {
     "evaluate": "ambiqa.api.jobs:evaluate",
     "compile": "ambiqa.api.jobs:compile",
     "tune": "ambiqa.api.jobs:tune",
+    "tune_eor": "ambiqa.api.eor:tune_eor",
     "export": "ambiqa.api.jobs:export",
     "resolve": "ambiqa.api.targets:resolve",
     "IndexSettings": "ambiqa.api.indexing:IndexSettings",
@@ -45,6 +46,8 @@ _LAZY: dict[str, str] = {
     "ExportSettings": "ambiqa.api.jobs:ExportSettings",
     "ExportResult": "ambiqa.api.jobs:ExportResult",
     "TuneConfig": "ambiqa.optimizers.tune:TuneConfig",
+    "TuneEorSettings": "ambiqa.api.eor:TuneEorSettings",
+    "TuneEorResult": "ambiqa.api.eor:TuneEorResult",
     # the programs
     "ClosedBook": "ambiqa.programs.closed_book:ClosedBook",
     "VanillaRAG": "ambiqa.programs.vanilla_rag:VanillaRAG",

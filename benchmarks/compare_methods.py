@@ -476,6 +476,8 @@ def run_eor_tuning(root: Path, *, lm: str | None, index: str | None, threads: in
     if tuning not in EOR_TUNINGS:
         raise ConfigError(f"unknown EoR tuning {tuning!r}",
                           hint=f"choose from {', '.join(EOR_TUNINGS)}")
+    from ambiqa.api import TuneEorSettings, tune_eor
+
     spec = EOR_TUNINGS[tuning]
     ds = Dataset(spec.name, spec.data, {"eor": n or spec.n}, SHORT_METRICS, "em", {}, "")
     out = root / TUNING_DIR / spec.name
@@ -484,21 +486,17 @@ def run_eor_tuning(root: Path, *, lm: str | None, index: str | None, threads: in
     log(job.command())
     summary = job.run(lm_object=lm_object, retriever=retriever)
     artifact = root / spec.artifact
-    tune = ["tune-eor", str(out / "results.jsonl"), "--trials", str(trials),
-            "--artifact", str(artifact), "--out", str(out.parent / f"{spec.name}-weights.json"),
-            "--plot", str(out.parent / f"{spec.name}-weights.png")]
-    if spec.start > 1:  # held-out questions of an evaluation split: recorded, not refused
-        tune.append("--allow-eval-splits")
     dev = root / spec.dev_run / "results.jsonl"
-    if dev.is_file():
-        tune += ["--dev-cache", str(dev)]
-    log("ambiqa " + " ".join(tune))
-    # ambiqa.api has no tune-eor verb yet (cmd_tune_eor's report is built in the CLI): the
-    # one step still run through the CLI's parser
-    from ambiqa.cli import build_parser
-    from ambiqa.cli.optimize_cmds import cmd_tune_eor
-
-    cmd_tune_eor(build_parser().parse_args(tune))
+    settings = TuneEorSettings(
+        trials=trials, artifact=artifact, out=out.parent / f"{spec.name}-weights.json",
+        plot=out.parent / f"{spec.name}-weights.png",
+        # held-out questions of an evaluation split: recorded, not refused
+        allow_eval_splits=spec.start > 1, dev_cache=dev if dev.is_file() else None)
+    log(f"ambiqa tune-eor {out / 'results.jsonl'} --trials {trials} --artifact {artifact} "
+        f"--out {settings.out} --plot {settings.plot}"
+        + (" --allow-eval-splits" if settings.allow_eval_splits else "")
+        + (f" --dev-cache {dev}" if settings.dev_cache else ""))
+    tune_eor(out / "results.jsonl", settings)
     return {"tuning_run": str(out), "n": summary["n"], "errors": summary["n_errors"],
             "artifact": str(artifact)}
 

@@ -6,18 +6,21 @@
 ``evaluate(target, data, ...)``     run and score (:mod:`.jobs`)
 ``compile(program, train, ...)``    compile with a teleprompter, optionally save
 ``tune(program, ...)``              Optuna search over demos and knobs
+``tune_eor(cache, ...)``            EoR's voter weights from a cache of member answers
 ``export(target, ...)``             render the prompts
 ``load(path, ...)``                 an artifact or a program's own ``.save()`` JSON
 ``resolve(target, ...)``            program name / artifact / saved JSON → program
 ==================================  ===================================================
 
 Each verb takes its settings dataclass (``IndexSettings``, ``EvaluateSettings``,
-``CompileSettings``, ``TuneConfig``, ``ExportSettings``) or the same fields as keywords, and
-returns a typed result. None takes parsed command-line flags: the CLI calls these.
+``CompileSettings``, ``TuneConfig``, ``TuneEorSettings``, ``ExportSettings``) or the same
+fields as keywords, and returns a typed result. None takes parsed command-line flags: the
+CLI calls these.
 """
 
 from __future__ import annotations
 
+from ambiqa.api.eor import TuneEorResult, TuneEorSettings, tune_eor
 from ambiqa.api.indexing import IndexResult, IndexSettings, index
 from ambiqa.api.jobs import (
     CompileResult,
@@ -36,4 +39,4 @@ from ambiqa.api.targets import Target, is_file_target, load, open_index, resolve
 __all__ = ["CompileResult", "CompileSettings", "EvaluateResult", "EvaluateSettings",
            "ExportResult", "ExportSettings", "IndexResult", "IndexSettings", "Target", "compile",
            "evaluate", "export", "index", "is_file_target", "load", "open_index", "resolve",
-           "tune"]
+           "tune", "tune_eor", "TuneEorResult", "TuneEorSettings"]

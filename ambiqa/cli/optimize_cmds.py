@@ -182,49 +182,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_eor(args: argparse.Namespace) -> int:
-    from ambiqa.optimizers import eor_weights as ew
+    from ambiqa.api.eor import TuneEorSettings, tune_eor
 
     console = make_console()
-    train = ew.load_cache(args.cache, data_spec=args.data, gold_metric=args.gold)
-    if not train.questions:
-        raise ConfigError(f"{args.cache} holds no question with member answers")
-    dev = (ew.load_cache(args.dev_cache, data_spec=args.dev_data, gold_metric=args.gold)
-           if args.dev_cache else None)
-    skipped = {k: v for k, v in train.stats.items() if v}
-    if skipped:
-        console.print(f"read {len(train.questions)} questions from {args.cache}; skipped: "
-                      + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()))
-    result = ew.tune_weights(train, trials=args.trials, seed=args.seed,
-                             tune_threshold=args.tune_threshold, study=args.study,
-                             storage=args.storage, allow_eval_splits=args.allow_eval_splits,
-                             dev_ids=dev.ids() if dev is not None else None)
-    rows = {"default": ew.DEFAULT_WEIGHTS, "tuned": result.weights}
-    report: dict[str, Any] = {
-        "objective": args.gold, "data": train.data_spec, "cache_fingerprint":
-        train.fingerprint(), "cache_stats": train.stats,
-        "train": {"n": len(train.questions),
-                  "default": ew.accuracy(train, ew.DEFAULT_WEIGHTS), "tuned": result.value},
-        "weights": result.weights, "trials": result.trials, "ran_trials": result.ran,
-        "best_trial": result.best_trial, "trials_per_s": result.trials_per_s,
-        "data_guard": result.data_guard}
-    if dev is not None:
-        report["dev_data"] = dev.data_spec
-        report["dev"] = {"n": len(dev.questions), "default": ew.accuracy(dev, ew.DEFAULT_WEIGHTS),
-                         "tuned": ew.accuracy(dev, result.weights)}
-    console.print(ew.weights_table(rows, train.members))
-    if args.out:
-        from ambiqa.fsutil import atomic_write_json
-
-        atomic_write_json(Path(args.out), report)
-        console.print(f"wrote {args.out}")
-    if args.plot:
-        ew.plot_weights(rows, train.members, Path(args.plot))
-        console.print(f"wrote {args.plot}")
-    if args.artifact:
-        path = ew.save_weights_artifact(args.artifact, result.weights, train, report,
-                                        data_guard=result.data_guard)
-        console.print(f"wrote {path} (load with ambiqa.load)")
-    print(json.dumps({k: v for k, v in report.items() if k != "weights"}))
+    result = tune_eor(args.cache, TuneEorSettings(
+        data=args.data, dev_cache=args.dev_cache, dev_data=args.dev_data, gold=args.gold,
+        trials=args.trials, seed=args.seed, tune_threshold=args.tune_threshold,
+        study=args.study, storage=args.storage, allow_eval_splits=args.allow_eval_splits,
+        out=args.out, plot=args.plot, artifact=args.artifact))
+    if result.skipped:
+        console.print(f"read {result.n_train} questions from {args.cache}; skipped: "
+                      + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in result.skipped.items()))
+    console.print(result.table)
+    for path in result.written:
+        console.print(f"wrote {path}" + (" (load with ambiqa.load)"
+                                         if str(path) == str(args.artifact) else ""))
+    print(json.dumps({k: v for k, v in result.report.items() if k != "weights"}))
     return 0
 
 

@@ -314,3 +314,24 @@ def test_load_refuses_weights_for_another_pool(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ArtifactError, match="tuned on pool"):
         ambiqa.load(path, retriever=wiki, program_kwargs={"sources": {"BM25": bm25}})
+
+
+def test_api_tune_eor_takes_keywords_and_returns_the_weights_it_wrote(tmp_path):
+    """``ambiqa.tune_eor`` is the verb the CLI and compare_methods call."""
+    from ambiqa.optimizers.artifact import read_artifact
+
+    path = tmp_path / "cache.json"
+    path.write_text(json.dumps(ew.Cache(synthetic_rows(30), "em").to_json()))
+    result = ambiqa.tune_eor(path, trials=100, artifact=tmp_path / "eor.json",
+                                 out=tmp_path / "r.json")
+    assert [p.name for p in result.written] == ["r.json", "eor.json"]
+    assert result.n_train == 30 and result.report["trials"] == 100
+    assert result.report["train"]["tuned"] >= result.report["train"]["default"]
+    assert json.loads((tmp_path / "r.json").read_text())["weights"] == result.weights
+    config = read_artifact(tmp_path / "eor.json")["manifest"]["program_config"]
+    assert config["metric_weights"] == pytest.approx(result.weights["metric_weights"])
+    assert "ω^r" in result.table
+    with pytest.raises(ConfigError, match="no question"):
+        empty = tmp_path / "empty.json"
+        empty.write_text(json.dumps(ew.Cache([], "em").to_json()))
+        ambiqa.tune_eor(empty, trials=5)
