@@ -273,10 +273,17 @@ def render(res: dict[str, Any]) -> str:
         lines.append(
             f"| `{lm['reader']}` (first {lm['n']} questions) | {_fmt(lm['d_f1'])} | – | – | "
             f"{lm.get('abstained_answerable', '–')} / – | – | {lm['ms_per_question']} |")
-        lm_cost = (f"LM reader cost: {lm['lm_calls_per_question']} LM calls, "
-                   f"{lm['input_tokens_per_question']} input + "
-                   f"{lm['output_tokens_per_question']} output tokens per question "
+        tokens = ("tokens not recorded" if lm.get("input_tokens_per_question") is None else
+                  f"{lm['input_tokens_per_question']} input + "
+                  f"{lm['output_tokens_per_question']} output tokens")
+        lm_cost = (f"LM reader cost: {lm['lm_calls_per_question']} LM calls per question, "
+                   f"{tokens}, {lm['ms_per_question'] / 1000:.1f} s on 2 cores "
                    f"(`{lm['command']}`); the extractive readers make no LM call.")
+        vs = lm.get("against")
+        if vs:
+            lm_cost += (f" On the same {lm['n']} questions `{vs['reader']}` reads "
+                        f"{vs['d_f1_same_questions']:.3f}: LM reader − it "
+                        f"{vs['paired_diff']:+.3f} [{vs['ci95'][0]:+.3f}, {vs['ci95'][1]:+.3f}].")
     else:
         lm_cost = ""
     if lm_cost:
