@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ambiqa.evaluation.report import Run, cost_stats, load_run
 from ambiqa.evaluation.stats import paired_comparison, summarize_metric
+from benchmarks.render import write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 TODAY = ROOT / "benchmarks/results/sections/today.md"
@@ -308,18 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="do not write; exit 1 if a block differs from the stored runs")
     args = ap.parse_args(argv)
-    docs = documents()
-    if args.check:
-        stale = [p for p, text in docs if p.read_text(encoding="utf-8") != text]
-        for p in stale:
-            print(f"{p} is out of date: run python -m benchmarks.program_table", file=sys.stderr)
-        return 1 if stale else 0
-    from ambiqa.fsutil import atomic_write_text
-
-    for p, text in docs:
-        atomic_write_text(p, text)
-        print(f"wrote {p}")
-    return 0
+    return write_or_check(documents(), args.check, "python -m benchmarks.program_table")
 
 
 if __name__ == "__main__":

@@ -205,15 +205,21 @@ def main(argv: list[str] | None = None) -> int:
     except SectionError as exc:
         print(f"render: error: {exc}", file=sys.stderr)
         return 2
-    if args.check:
+    status = write_or_check(docs, args.check, "python -m benchmarks.render")
+    if args.check and status == 0:
+        print("BENCHMARKS.md and docs/benchmarks-history.md are up to date")
+    return status
+
+
+def write_or_check(docs: Sequence[tuple[Path, str]], check: bool, command: str) -> int:
+    """Write each generated document, or with ``check`` write nothing and return 1 when one
+    differs from what is on disk (naming it and ``command``, which regenerates it)."""
+    if check:
         stale = [path for path, text in docs
                  if (path.read_text(encoding="utf-8") if path.is_file() else "") != text]
         for path in stale:
-            print(f"{path} is out of date: run python -m benchmarks.render", file=sys.stderr)
-        if stale:
-            return 1
-        print("BENCHMARKS.md and docs/benchmarks-history.md are up to date")
-        return 0
+            print(f"{path} is out of date: run {command}", file=sys.stderr)
+        return 1 if stale else 0
     from ambiqa.fsutil import atomic_write_text
 
     for path, text in docs:
