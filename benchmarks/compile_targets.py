@@ -15,7 +15,8 @@ and gives one round of error analysis: for each gold reading, the step that lost
 in the compiled and the zero-shot run, on the same questions.
 
     python -m benchmarks.compile_targets \
-        --run benchmarks/results/compile-v3/runs/diva-bootstrap-dr-signal
+        --run benchmarks/results/compile-v3/runs/diva-bootstrap-dr-signal \
+        --artifact benchmarks/results/compile-v3/diva-bootstrap-dr-signal.json
 """
 
 from __future__ import annotations
@@ -74,7 +75,20 @@ def loss_steps(rows: list[dict[str, Any]], examples: dict[str, Any], ids: set[st
     return {k: count.get(k, 0) for k in ("stated", *STEPS, "failed question")}
 
 
-def measure(run_dir: str, zero_shot: str, best_vanilla: str) -> dict[str, Any]:
+def demo_words(artifact: str | None) -> list[int] | None:
+    """Lengths of the long-answer writer's demos in a compiled artifact: what the compiled
+    program is shown as the form of a long answer."""
+    if not artifact:
+        return None
+    from ambiqa.optimizers.artifact import read_artifact
+
+    state = read_artifact(ROOT / artifact)["state"]
+    writer = next((v for k, v in state.items() if k.endswith("long_answer.write")), None)
+    return [words(d.get("long_answer")) for d in (writer or {}).get("demos", [])]
+
+
+def measure(run_dir: str, zero_shot: str, best_vanilla: str,
+            artifact: str | None = None) -> dict[str, Any]:
     new, zs, van = (load_run(ROOT / p) for p in (run_dir, zero_shot, best_vanilla))
     data = new.spec.data.split(":")
     examples = {str(ex.id): ex for ex in load_dataset(":".join(data[:2]))}
@@ -94,7 +108,8 @@ def measure(run_dir: str, zero_shot: str, best_vanilla: str) -> dict[str, Any]:
         "median_words": {"compiled": median_words(new.rows),
                          "zero_shot": median_words([r for r in zs.rows
                                                     if str(r["id"]) in shared]),
-                         "references": float(statistics.median(refs)) if refs else None},
+                         "references": float(statistics.median(refs)) if refs else None,
+                         "writer_demos": demo_words(artifact)},
         "signal": {"compiled": accuracy_from_rows(new.rows, examples),
                    "zero_shot": accuracy_from_rows([r for r in zs.rows
                                                     if str(r["id"]) in shared], examples)},
@@ -143,7 +158,9 @@ def render(m: dict[str, Any], command: str) -> str:
     mw = m["median_words"]
     lines += ["", f"Median long answer: compiled {mw['compiled']:.0f} words, zero-shot "
               f"{mw['zero_shot']:.0f}, references {mw['references']:.0f} (same questions; a "
-              "question's reference length is the median of its annotators').", "",
+              "question's reference length is the median of its annotators')"
+              + (f"; the artifact's long-answer demos: {mw['writer_demos']} words."
+                 if mw.get("writer_demos") is not None else "."), "",
               "Inner predictors against their own signals (same questions):", "",
               "| predictor | compiled: accuracy (per expected class) | zero-shot |",
               "|---|---|---|"]
@@ -176,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True, help="the compiled program's dev run directory")
     ap.add_argument("--zero-shot", default=ZERO_SHOT)
     ap.add_argument("--best-vanilla", default=BEST_VANILLA)
+    ap.add_argument("--artifact", help="the compiled artifact (its long-answer demos' length)")
     ap.add_argument("--out", help="default: targets.{md,json} beside the run directory")
     args = ap.parse_args(argv)
-    m = measure(args.run, args.zero_shot, args.best_vanilla)
+    m = measure(args.run, args.zero_shot, args.best_vanilla, args.artifact)
     out = Path(args.out) if args.out else (ROOT / args.run).parent.parent / "targets"
     command = "python -m benchmarks.compile_targets " + " ".join(argv or sys.argv[1:])
     atomic_write_json(out.with_suffix(".json"), {**m, "command": command})
