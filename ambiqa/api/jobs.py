@@ -358,6 +358,11 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     say = console.print if console is not None else log.info
     say(f"compiling {name} with {cfg.optimizer} on {spec or 'the given examples'} "
         f"({len(trainset)} usable examples), metric {metric}")
+    if cfg.optimizer == "bootstrap" and cfg.threshold is None:
+        # seen in practice: the first k traces scoring above 0 became the demos whatever
+        # the objective (benchmarks/results/compile-v3/README.md)
+        say(f"note: bootstrap keeps the first {cfg.k} traces that score above 0 on {metric}; "
+            "pass --threshold, or use bootstrap-rs, to let the metric choose between them")
     compiled, report = compile_program(prog, trainset, optimizer=cfg.optimizer,
                                        metric=dspy_metric(metric, reader=reader), k=cfg.k,
                                        seed=cfg.seed, threshold=cfg.threshold,
