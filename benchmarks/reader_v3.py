@@ -280,7 +280,7 @@ def render(res: dict[str, Any]) -> str:
                    f"{tokens}, {lm['ms_per_question'] / 1000:.1f} s on 2 cores "
                    f"(`{lm['command']}`); the extractive readers make no LM call.")
         vs = lm.get("against")
-        if vs:
+        if vs and "paired_diff" in vs:
             lm_cost += (f" On the same {lm['n']} questions `{vs['reader']}` reads "
                         f"{vs['d_f1_same_questions']:.3f}: LM reader − it "
                         f"{vs['paired_diff']:+.3f} [{vs['ci95'][0]:+.3f}, {vs['ci95'][1]:+.3f}].")
