@@ -205,7 +205,8 @@ def _diva_compiled() -> str:
     best = _best_compiled_vanilla()
     return (f"DR {num(value(new, 'dr')['mean'])} (n = {value(new, 'dr')['n']}); vs vanilla_rag "
             f"({_opt_of(best)}) {delta(new, best, 'dr')}: {standing(new, best, 'dr')}; "
-            f"STR-EM vs zero-shot diva {delta(new, _asqa('diva'), 'str-em')}")
+            f"STR-EM vs zero-shot diva {delta(new, _asqa('diva'), 'str-em')}; median answer "
+            f"{median_words(new):.0f} words")
 
 
 def _toc() -> str:
@@ -260,7 +261,7 @@ README_ROWS: list[ReadmeRow] = [
     ReadmeRow("`diva` (`ambiqa.Diva`)", "many readings per question, a stronger LM",
               _asqa("diva"), _diva),
     ReadmeRow("`diva`, compiled: `--optimizer bootstrap --metric dr --predictor-signal`",
-              "you have training questions with qa pairs", f"{NEW}/diva-bootstrap-dr-signal",
+              "not with the 1.5B (below)", f"{NEW}/diva-bootstrap-dr-signal",
               _diva_compiled),
     ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
               "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
