@@ -65,6 +65,7 @@ ASQA_ROWS: list[AsqaRow] = [
     AsqaRow("vanilla_rag", "labeled", f"{COMPILED}/vanilla_rag-labeled"),
     AsqaRow("diva", "", f"{ASQA}/diva"),
     AsqaRow("diva", "bootstrap by DR + signal demos", f"{NEW}/diva-bootstrap-dr-signal"),
+    AsqaRow("diva", "labeled + signal demos", f"{NEW}/diva-labeled-signal"),
     AsqaRow("diva", "knn", f"{COMPILED}/diva-knn"),
     AsqaRow("diva", "bootstrap", f"{COMPILED}/diva-bootstrap"),
     AsqaRow("diva", "labeled", f"{COMPILED}/diva-labeled"),

@@ -29,3 +29,19 @@ log "eval start"
 nice ambiqa evaluate "$ART" --data asqa:dev:60 --index wiki-dense --reader $READER --threads 2 \
   --out "$R/runs/diva-bootstrap-dr-signal" --resume > "$R/eval.log" 2>&1
 log "eval done"
+
+# 4. The next recipe the error analysis points to: the same signal demos for the inner
+#    predictors, the annotators' long answers as the writer's demos (labeled). Evaluated as far
+#    as machine time allows (--resume continues it).
+ART2=$R/diva-labeled-signal.json
+if [ ! -f "$ART2" ]; then
+  log "compile labeled+signal start"
+  nice ambiqa compile diva --optimizer labeled --metric dr --predictor-signal --k 2 \
+    --train asqa:train:12 --reader $READER --index wiki-dense --threads 2 \
+    --out "$ART2" > "$R/compile-labeled.log" 2>&1
+  log "compile labeled+signal done"
+fi
+log "eval labeled+signal start"
+nice ambiqa evaluate "$ART2" --data asqa:dev:60 --index wiki-dense --reader $READER --threads 2 \
+  --out "$R/runs/diva-labeled-signal" --resume > "$R/eval-labeled.log" 2>&1
+log "eval labeled+signal done"
