@@ -13,35 +13,29 @@ log "lm-reader start"
 nice python -m benchmarks.reader_lm_ceiling --lm embedded --n 10 > "$R/lm-reader.log" 2>&1 || log "lm-reader FAILED"
 log "lm-reader done"
 
-# 2. Compile Diva: bootstrap demos chosen by DR (its ROUGE-L half penalises dropping content),
-#    then each inner predictor's demos chosen against its own signal (balanced yes/no verifier).
-ART=$R/diva-bootstrap-dr-signal.json
-if [ ! -f "$ART" ]; then
-  log "compile start"
-  nice ambiqa compile diva --optimizer bootstrap --metric dr --predictor-signal --k 2 \
-    --train asqa:train:12 --reader $READER --index wiki-dense --threads 2 \
-    --out "$ART" > "$R/compile.log" 2>&1
-  log "compile done"
-fi
+# Compile Diva (skipped when the artifact exists), then its dev run on the first 60 ASQA dev
+# questions, paired later with the stored runs (--resume continues a stopped run).
+compile_and_eval() {  # NAME OPTIMIZER
+  local art=$R/$1.json
+  if [ ! -f "$art" ]; then
+    log "compile $1 start"
+    nice ambiqa compile diva --optimizer "$2" --metric dr --predictor-signal --k 2 \
+      --train asqa:train:12 --reader $READER --index wiki-dense --threads 2 \
+      --out "$art" > "$R/compile-$1.log" 2>&1
+    log "compile $1 done"
+  fi
+  log "eval $1 start"
+  nice ambiqa evaluate "$art" --data asqa:dev:60 --index wiki-dense --reader $READER \
+    --threads 2 --out "$R/runs/$1" --resume > "$R/eval-$1.log" 2>&1
+  log "eval $1 done"
+}
 
-# 3. Its dev run on the first 60 ASQA dev questions, paired with the stored runs.
-log "eval start"
-nice ambiqa evaluate "$ART" --data asqa:dev:60 --index wiki-dense --reader $READER --threads 2 \
-  --out "$R/runs/diva-bootstrap-dr-signal" --resume > "$R/eval.log" 2>&1
-log "eval done"
+# 2-3. Demos chosen by DR (whose ROUGE-L half penalises dropping content) and, for Diva's
+#      verifier, typing and rewriting, demos chosen against their own signals, balanced (a yes
+#      and a no for the verifier). (Logs of the stored run: compile.log, eval.log.)
+compile_and_eval diva-bootstrap-dr-signal bootstrap
 
-# 4. The next recipe the error analysis points to: the same signal demos for the inner
-#    predictors, the annotators' long answers as the writer's demos (labeled). Evaluated as far
-#    as machine time allows (--resume continues it).
-ART2=$R/diva-labeled-signal.json
-if [ ! -f "$ART2" ]; then
-  log "compile labeled+signal start"
-  nice ambiqa compile diva --optimizer labeled --metric dr --predictor-signal --k 2 \
-    --train asqa:train:12 --reader $READER --index wiki-dense --threads 2 \
-    --out "$ART2" > "$R/compile-labeled.log" 2>&1
-  log "compile labeled+signal done"
-fi
-log "eval labeled+signal start"
-nice ambiqa evaluate "$ART2" --data asqa:dev:60 --index wiki-dense --reader $READER --threads 2 \
-  --out "$R/runs/diva-labeled-signal" --resume > "$R/eval-labeled.log" 2>&1
-log "eval labeled+signal done"
+# 4. The next recipe the error analysis pointed to: the same signal demos for the inner
+#    predictors, the annotators' long answers as the writer's demos (logs of the stored run:
+#    compile-labeled.log, eval-labeled.log; stopped at 15 questions).
+compile_and_eval diva-labeled-signal labeled
