@@ -29,9 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (retrieval_cmds, optimize_cmds, eval_cmds, run_cmds, reader_cmds, scale_cmds):
         module.register(sub)
-    from ambiqa.cli import serve_cmds  # its own line: the import above is full
+    from ambiqa.cli import catalog, serve_cmds  # their own line: the import above is full
 
     serve_cmds.register(sub)
+    catalog.add_listings(parser, sub)  # the programs and optimizers, one line each
     return parser
 
 

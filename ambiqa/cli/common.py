@@ -128,19 +128,34 @@ def add_lm_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--api-base", default=None, help="endpoint URL (OpenAI-compatible servers)")
     g.add_argument("--api-key-env", default=None,
                    help="name of the environment variable holding the API key")
-    g.add_argument("--max-tokens", type=at_least(1), default=512)
+    g.add_argument("--max-tokens", type=at_least(1), default=512,
+                   help="most tokens one LM reply may have (default 512; the embedded LM also "
+                        "caps each step at its signature's own limit)")
     g.add_argument("--lm-threads", type=at_least(1), default=None, help="embedded LM threads")
     g.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
+
+
+#: ``--index-root`` help shared by every command that opens or builds an index
+INDEX_ROOT_HELP = ("directory holding indexes (default $AMBIQA_INDEX_ROOT, else "
+                   "$AMBIQA_CACHE/indexes)")
 
 
 def add_index_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", default=None,
                    help="index name, as given to `ambiqa index --name` (its kind is read from "
                         "the index's manifest; kind:name, kind colbert|bm25|dense, also works)")
-    p.add_argument("--index-root", default=None, help="directory holding indexes")
+    p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
 
 
 
+
+#: the help of a program-name argument (the names and what each does: the parser's epilog)
+PROGRAM_HELP = "program name (listed below)"
+
+#: ``--program-config`` help shared by every command that builds a program by name.
+PROGRAM_CONFIG_HELP = ("the program's settings as a JSON object, e.g. '{\"k\": 5}' (fields: "
+                       "ambiqa/programs/config.py; with a program name only, an artifact "
+                       "keeps its own)")
 
 #: ``--reader`` help shared by every command that scores D-F1.
 READER_HELP = ("D-F1 reader: 'extractive' (the reader `ambiqa reader train` builds; the default "

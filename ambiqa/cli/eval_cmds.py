@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.cli.common import (
+    PROGRAM_CONFIG_HELP,
     READER_HELP,
     add_index_args,
     add_lm_args,
@@ -154,7 +155,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --out (same program and split; N may grow)")
     p.add_argument("--retry-errors", action="store_true",
                    help="with --resume: rerun the examples recorded as failed")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1,
+                   help="questions answered at once (default 1; 2 uses the embedded LM's 2 "
+                        "slots)")
     p.add_argument("--timeout-s", type=float, default=None,
                    help="per-example deadline in seconds; a late example is recorded as "
                         "failed (default: none)")
@@ -162,7 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop when more than this share of examples failed (default 0.5)")
     p.add_argument("--reader", default=None,
                    help=READER_HELP)
-    p.add_argument("--program-config", default=None)
+    p.add_argument("--program-config", default=None, help=PROGRAM_CONFIG_HELP)
     p.add_argument("--part", default=None, metavar="I/N",
                    help="evaluate only the I-th of N contiguous slices of --data "
                         "(one per machine; join them with `ambiqa merge`)")
@@ -173,7 +176,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="(re)render a run's summary.json, report.md, report.html "
                                       "and plots")
     r.add_argument("run_dir", help="a directory written by `ambiqa evaluate --out`")
-    r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--no-plots", action="store_true",
+                   help="skip the PNG plots (matplotlib); the tables are written all the same")
     r.add_argument("--out", default=None,
                    help="write the report here instead of into the run directory (which is "
                         "only read)")

@@ -15,6 +15,8 @@ from typing import Any
 
 from ambiqa.checks import check_int
 from ambiqa.cli.common import (
+    PROGRAM_CONFIG_HELP,
+    PROGRAM_HELP,
     READER_HELP,
     add_index_args,
     add_lm_args,
@@ -264,18 +266,23 @@ def load_for_export(path: str, with_manifest: bool = False) -> Any:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the optimization sub-commands to the top-level parser."""
     p = sub.add_parser("compile", help="compile a program with a teleprompter")
-    p.add_argument("program")
+    p.add_argument("program", help=PROGRAM_HELP)
     p.add_argument("--train", default=None,
                    help="training split, e.g. asqa:train:50 (default: the program's recipe)")
     p.add_argument("--dev", default=None, help="held-out split to score the result")
     p.add_argument("--metric", default=None, help="default: the program's recipe (d-f1 / f1)")
-    p.add_argument("--optimizer", default="bootstrap", choices=list(TELEPROMPTERS))
+    p.add_argument("--optimizer", default="bootstrap", choices=list(TELEPROMPTERS),
+                   help="the teleprompter (default bootstrap; each is described below)")
     p.add_argument("--k", type=at_least(0), default=2, help="demos per predictor")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed for shuffling and sampling demos and the held-out split "
+                        "(default 0)")
     p.add_argument("--threshold", type=float, default=None, help="bootstrap metric threshold")
     p.add_argument("--num-candidates", type=int, default=4,
                    help="bootstrap-rs candidate sets / mipro instruction candidates")
-    p.add_argument("--mipro-trials", type=int, default=4)
+    p.add_argument("--mipro-trials", type=int, default=4,
+                   help="mipro: Bayesian-search trials over instruction and demo candidates "
+                        "(default 4)")
     p.add_argument("--knn-pool", type=int, default=8, help="knn: demos kept per predictor")
     p.add_argument("--threads", type=int, default=1,
                    help="training questions answered at once while bootstrapping, and dev "
@@ -308,25 +315,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_budget_args(p)
     p.add_argument("--reader", default=None,
                    help=READER_HELP)
-    p.add_argument("--program-config", default=None, help="JSON object of program settings")
-    p.add_argument("--out", default=None)
+    p.add_argument("--program-config", default=None, help=PROGRAM_CONFIG_HELP)
+    p.add_argument("--out", default=None,
+                   help="artifact to write (default artifacts/PROGRAM.json)")
     add_index_args(p)
     add_lm_args(p)
     p.set_defaults(fn=cmd_compile)
 
     p = sub.add_parser("tune", help="Optuna search over demos, teleprompter and program knobs")
-    p.add_argument("program")
+    p.add_argument("program", help=PROGRAM_HELP)
     p.add_argument("--study", required=True, help="study name (resumes if it exists)")
     p.add_argument("--storage", required=True,
                    help="Optuna RDB URL: sqlite:///tune.db, postgresql://user:pw@host/db ...")
     p.add_argument("--trials", type=int, default=20, help="finished trials wanted in total")
     p.add_argument("--train", default=None, help="training split (default: the recipe's)")
-    p.add_argument("--metric", default=None)
+    p.add_argument("--metric", default=None,
+                   help="objective metric (default: the program's recipe, d-f1 / f1)")
     p.add_argument("--teleprompters", default=",".join(TUNE_TELEPROMPTERS),
                    help="comma-separated choices for trials")
-    p.add_argument("--max-demos", type=int, default=3)
+    p.add_argument("--max-demos", type=int, default=3,
+                   help="most demos a trial may give one predictor (default 3)")
     p.add_argument("--n-sets", type=int, default=4, help="candidate demo sets per predictor")
-    p.add_argument("--pool-size", type=int, default=8)
+    p.add_argument("--pool-size", type=int, default=8,
+                   help="demos gathered per predictor (bootstrapped, labelled or by signal) "
+                        "that the candidate sets are drawn from (default 8)")
     p.add_argument("--n-val", type=int, default=8,
                    help="held-out training questions scored per trial (0: all)")
     p.add_argument("--cost-penalty", type=float, default=0.0,
@@ -334,12 +346,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cost-unit", default="lm_calls", choices=["lm_calls", "tokens"],
                    help="cost per question: LM calls, or thousands of tokens")
     p.add_argument("--no-knobs", action="store_true", help="tune demos only, not settings")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed for the demo pools, the held-out split and Optuna's sampler "
+                        "(default 0)")
     _add_budget_args(p)
     p.add_argument("--reader", default=None,
                    help=READER_HELP)
-    p.add_argument("--program-config", default=None)
-    p.add_argument("--out", default=None, help="artifact for the best trial")
+    p.add_argument("--program-config", default=None,
+                   help=PROGRAM_CONFIG_HELP + "; settings the search does not tune")
+    p.add_argument("--out", default=None,
+                   help="artifact for the best trial (default artifacts/PROGRAM-tuned.json)")
     add_index_args(p)
     add_lm_args(p)
     p.set_defaults(fn=cmd_tune)
@@ -348,18 +364,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("cache", help="results.jsonl of an EoR evaluation, or a cache JSON")
     p.add_argument("--data", default=None,
                    help="data spec with the gold answers (when the cache has none)")
-    p.add_argument("--dev-cache", default=None)
-    p.add_argument("--dev-data", default=None)
+    p.add_argument("--dev-cache", default=None,
+                   help="held-out answers (results.jsonl or cache JSON), scored with the "
+                        "default and the tuned weights, never tuned on")
+    p.add_argument("--dev-data", default=None,
+                   help="data spec with the gold answers of --dev-cache (when it has none)")
     p.add_argument("--gold", default="f1", choices=["em", "f1", "contains"],
                    help="objective: how the voted answer is scored against the gold answers "
                         "(token F1 by default)")
     p.add_argument("--trials", type=int, default=2000,
                    help="finished trials wanted in the study in total (a rerun tops up)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="Optuna sampler seed (default 0)")
     p.add_argument("--tune-threshold", action="store_true",
                    help="tune t too (default: the paper's t = 0.1)")
-    p.add_argument("--study", default=None)
-    p.add_argument("--storage", default=None)
+    p.add_argument("--study", default=None,
+                   help="Optuna study name, resumed if it exists in --storage")
+    p.add_argument("--storage", default=None,
+                   help="Optuna RDB URL, e.g. sqlite:///eor.db (default: in memory, not kept)")
     p.add_argument("--out", default=None, help="JSON report")
     p.add_argument("--plot", default=None, help="heatmap PNG of the weights")
     p.add_argument("--artifact", default=None, help="EoR artifact with the tuned weights")
@@ -368,8 +389,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("export", help="render a compiled program's prompts")
     p.add_argument("artifact", help="artifact path, or a program name (uncompiled prompts)")
-    p.add_argument("--format", default="md", choices=["md", "json", "jinja"])
-    p.add_argument("--out", default=None)
+    p.add_argument("--format", default="md", choices=["md", "json", "jinja"],
+                   help="md: readable prompts with their demos (default); json: the messages "
+                        "per predictor; jinja: templates to fill in outside DSPy")
+    p.add_argument("--out", default=None, help="write to this file instead of stdout")
     p.add_argument("--verify", action="store_true",
                    help="send the exported prompts for --data questions straight to the LM "
                         "and compare with the program's outputs (exit 1 on a difference)")

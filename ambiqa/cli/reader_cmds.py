@@ -113,6 +113,10 @@ def manifest_limit(path: Path) -> int | None:
     return (read_manifest(path).get("data") or {}).get("limit")
 
 
+#: ``--dev`` help of the reader commands that validate a checkpoint
+_DEV_HELP = "validation data for the manifest (default asqa:dev)"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``ambiqa reader train|info``."""
     p = sub.add_parser("reader", help="the extractive Disambig-F1 reader (train, info)")
@@ -129,12 +133,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default=None, help="output directory (outside any git checkout)")
     t.add_argument("--base", default=None,
                    help="local encoder directory (default: packaged all-MiniLM-L6-v2)")
-    t.add_argument("--epochs", type=float, default=2.0)
+    t.add_argument("--epochs", type=float, default=2.0,
+                   help="passes over the training examples (default 2)")
     t.add_argument("--max-steps", type=int, default=0, help="fixed step count (overrides "
                                                             "--epochs)")
-    t.add_argument("--batch-size", type=int, default=16)
-    t.add_argument("--lr", type=float, default=1e-4)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--batch-size", type=int, default=16,
+                   help="examples per optimizer step (default 16)")
+    t.add_argument("--lr", type=float, default=1e-4, help="learning rate (default 1e-4)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="seed for the data order and dropout (default 0)")
     t.add_argument("--max-length", type=int, default=384, help="encoder window in tokens")
     t.add_argument("--doc-stride", type=int, default=128,
                    help="overlap between windows of a long context")
@@ -192,9 +199,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="calibrate on the long answers of the held-out training questions "
                         "(a reader trained with --holdout N for several epochs: its own "
                         "training examples overstate its margins)")
-    c.add_argument("--dev", default="asqa:dev")
-    c.add_argument("--no-validate", action="store_true")
-    c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--dev", default="asqa:dev", help=_DEV_HELP)
+    c.add_argument("--no-validate", action="store_true", help="skip validation")
+    c.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     c.set_defaults(fn=cmd_reader_calibrate)
 
     f = rsub.add_parser("finish", help="make a reader checkpoint from weights trained by "
@@ -207,9 +214,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--name", default="minilm-asqa-v3",
                    help="checkpoint name under $AMBIQA_CACHE/readers")
     f.add_argument("--out", default=None, help="output directory (outside any git checkout)")
-    f.add_argument("--dev", default="asqa:dev")
-    f.add_argument("--no-validate", action="store_true")
-    f.add_argument("--threads", type=int, default=2)
+    f.add_argument("--dev", default="asqa:dev", help=_DEV_HELP)
+    f.add_argument("--no-validate", action="store_true", help="skip validation")
+    f.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     f.set_defaults(fn=cmd_reader_finish)
 
     i = rsub.add_parser("info", help="check a reader checkpoint and print its manifest")

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ambiqa.cli.common import INDEX_ROOT_HELP
 from ambiqa.errors import ConfigError
 
 #: ``ambiqa index --help``'s account of the corpus formats (ambiqa.data.corpus documents them)
@@ -128,7 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(100 is DPR's size); default: one passage per file")
     p.add_argument("--text-column", default=None,
                    help="the field holding the text when it is not text/contents/passage/body")
-    p.add_argument("--index-root", default=None)
+    p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
     p.add_argument("--checkpoint", default=None,
                    help="ColBERT checkpoint directory (default: the trained checkpoint in the "
                         "cache if built and measured better, else the identity checkpoint)")
@@ -158,7 +159,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "PCA projection (default 384)")
     t.add_argument("--steps", type=int, default=240,
                    help="optimizer steps (default 240: ~15-25 min on 2 shared cores)")
-    t.add_argument("--bsize", type=int, default=8)
+    t.add_argument("--bsize", type=int, default=8,
+                   help="training examples per optimizer step (default 8)")
     t.add_argument("--nway", type=int, default=None,
                    help="passages per example, 1 positive + nway-1 hard negatives (default: 2, "
                         "or 4 with --dense-index)")
@@ -172,8 +174,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="teacher inverse temperature (default 20, MiniLM's training scale)")
     t.add_argument("--negatives-per-positive", type=int, default=3,
                    help="training examples drawn per positive passage (default 3)")
-    t.add_argument("--lr", type=float, default=1e-5)
-    t.add_argument("--save-every", type=int, default=50)
+    t.add_argument("--lr", type=float, default=1e-5, help="learning rate (default 1e-5)")
+    t.add_argument("--save-every", type=int, default=50,
+                   help="steps between resumable saves (default 50)")
     t.add_argument("--timeout", type=float, default=None,
                    help="seconds; stop (saved, resumable) when exceeded")
     t.add_argument("--threads", type=int, default=None, help="torch threads")
@@ -185,7 +188,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("doctor", help="check the installation and print fixes")
     p.add_argument("--index", default=None, help="also check this index ([kind:]name)")
-    p.add_argument("--index-root", default=None)
+    p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
     p.add_argument("--corpus", default=None,
                    help="check the index's fingerprint against this corpus JSONL")
     p.set_defaults(fn=cmd_doctor)

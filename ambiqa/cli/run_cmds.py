@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 from ambiqa.cli.common import (
+    INDEX_ROOT_HELP,
+    PROGRAM_CONFIG_HELP,
     add_index_args,
     add_lm_args,
     lm_from_args,
@@ -105,21 +107,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the answering sub-commands to the top-level parser."""
     p = sub.add_parser("ask", help="answer one question")
-    p.add_argument("question")
-    p.add_argument("--artifact", default=None)
-    p.add_argument("--program", default=None, help="program name when no artifact is given")
-    p.add_argument("--program-config", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("question", help="the question, quoted")
+    p.add_argument("--artifact", default=None,
+                   help="a compiled artifact or a program's own .save() JSON; it opens the "
+                        "index it records unless --index is given")
+    p.add_argument("--program", default=None,
+                   help="program name when no artifact is given (default vanilla_rag; listed "
+                        "below)")
+    p.add_argument("--program-config", default=None, help=PROGRAM_CONFIG_HELP)
+    p.add_argument("--json", action="store_true",
+                   help="print the prediction and its cost trace as JSON")
     add_index_args(p)
     add_lm_args(p)
     p.set_defaults(fn=cmd_ask)
 
     p = sub.add_parser("demo", help="index, compile, export and ask on the bundled demo set")
-    p.add_argument("--out-dir", default="artifacts")
-    p.add_argument("--index-root", default=None)
-    p.add_argument("--optimizer", default="bootstrap", choices=["none", "labeled", "bootstrap"])
-    p.add_argument("--n-train", type=int, default=3)
-    p.add_argument("--n-dev", type=int, default=2)
-    p.add_argument("--question", default=None)
+    p.add_argument("--out-dir", default="artifacts",
+                   help="where the artifact and its exported prompts go (default artifacts)")
+    p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
+    p.add_argument("--optimizer", default="bootstrap", choices=["none", "labeled", "bootstrap"],
+                   help="the teleprompter compiling vanilla_rag (default bootstrap)")
+    p.add_argument("--n-train", type=int, default=3,
+                   help="demo training questions to compile on (default 3)")
+    p.add_argument("--n-dev", type=int, default=2,
+                   help="demo dev questions to score the compiled program on (default 2)")
+    p.add_argument("--question", default=None,
+                   help="the question the loaded program answers at the end (default: the "
+                        "last demo dev question)")
     add_lm_args(p)
     p.set_defaults(fn=cmd_demo)

@@ -34,5 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--allow-unfinished", action="store_true",
                    help="merge parts that still miss rows (the summary then covers fewer "
                         "questions than the data spec)")
-    m.add_argument("--no-plots", action="store_true")
+    m.add_argument("--no-plots", action="store_true",
+                   help="skip the PNG plots of the merged report (the tables are written)")
     m.set_defaults(fn=cmd_merge)

@@ -96,7 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds per request, queueing included; later is 504 (default 120)")
     p.add_argument("--log-level", default="info",
-                   choices=["critical", "error", "warning", "info", "debug"])
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default info)")
     p.add_argument("--access-log", action="store_true", help="log one line per request")
     add_index_args(p)
     add_lm_args(p)

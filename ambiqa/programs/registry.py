@@ -20,6 +20,20 @@ PROGRAMS: dict[str, str] = {
     "eor": "ambiqa.programs.eor:EoR",
 }
 
+#: name → one line for ``--help`` (``ambiqa.cli.catalog``), readable without importing DSPy;
+#: every registered program has one (``tests/unit/cli/test_help.py`` checks)
+SUMMARIES: dict[str, str] = {
+    "closed_book": "the LM alone, no retrieval: the floor to beat",
+    "vanilla_rag": "retrieve once, cover every reading in one long answer (the default)",
+    "query_refinement": "closed book: name the question's readings, then answer them all",
+    "diva": "Diva: guess readings, retrieve for each, verify, adapt the answer",
+    "toc": "Tree of Clarifications: clarified questions pruned by self-checks",
+    "verdict": "VerDICt: one read per passage, readings clustered and verified",
+    "resp": "ReSP: retrieve, summarize, plan; iterative, for multi-hop questions",
+    "ircot": "IRCoT-style: reasoning interleaved with retrieval, for multi-hop",
+    "eor": "Ensemble of Retrievers: an answer per retriever, the agreed one wins",
+}
+
 
 def program_class(name: str) -> type:
     key = name.strip().lower().replace("-", "_")
