@@ -21,7 +21,7 @@ CLI calls these.
 from __future__ import annotations
 
 from ambiqa.api.eor import TuneEorResult, TuneEorSettings, tune_eor
-from ambiqa.api.indexing import IndexResult, IndexSettings, index
+from ambiqa.api.indexing import IndexResult, IndexSettings, index, open_index
 from ambiqa.api.jobs import (
     CompileResult,
     CompileSettings,
@@ -34,7 +34,7 @@ from ambiqa.api.jobs import (
     export,
     tune,
 )
-from ambiqa.api.targets import Target, is_file_target, load, open_index, resolve
+from ambiqa.api.targets import Target, is_file_target, load, resolve
 
 __all__ = ["CompileResult", "CompileSettings", "EvaluateResult", "EvaluateSettings",
            "ExportResult", "ExportSettings", "IndexResult", "IndexSettings", "Target", "compile",

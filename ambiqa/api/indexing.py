@@ -1,9 +1,11 @@
-"""``ambiqa.index``: build a named index from a corpus as the user has it.
+"""``ambiqa.index`` and ``ambiqa.open_index``: build a named index from a corpus as the user
+has it, and open it again by name.
 
 The corpus is a path (JSONL, CSV/TSV, a folder of .txt/.md files, Parquet -- see
 :mod:`ambiqa.data.corpus`), a list of strings, or a list of dicts / Passages. The index is
 written under the index root with its kind in its own manifest, so afterwards the name
-alone opens it (``ambiqa.open_index(NAME)``, ``--index NAME``).
+alone opens it (``ambiqa.open_index(NAME)``, ``--index NAME``). Both return an
+:class:`IndexResult`: the same object whether the index was just built or opened.
 """
 
 from __future__ import annotations
@@ -55,7 +57,14 @@ class IndexSettings:
 
 @dataclass
 class IndexResult:
-    """A finished index: its name, kind and fingerprint, and the retriever ready to search."""
+    """A named index, just built (:func:`index`) or opened (:func:`open_index`): its name,
+    kind, fingerprint and size, and ``retriever``, ready to search.
+
+    It searches too (``search``, ``batch_search``, ``get`` go to ``retriever``), and wherever
+    ambiqa takes a retriever (``ambiqa.Diva(retriever=...)``, ``ambiqa.load(path,
+    retriever=...)``) it stands for ``retriever``. ``seconds``: the time the build, or the
+    opening, took.
+    """
 
     name: str
     kind: str
@@ -69,6 +78,26 @@ class IndexResult:
     def spec(self) -> str:
         """``kind:name`` (the name alone works too: the kind is in the index's manifest)."""
         return f"{self.kind}:{self.name}"
+
+    @property
+    def index_name(self) -> str:
+        """The index's name, as every retriever that knows it spells it."""
+        return self.name
+
+    def search(self, query: str, k: int = 5) -> list[Any]:
+        """The ``k`` best passages for ``query`` (:class:`ambiqa.Passage` objects)."""
+        return self.retriever.search(query, k)
+
+    def batch_search(self, queries: Any, k: int = 5) -> list[list[Any]]:
+        return self.retriever.batch_search(queries, k)
+
+    def get(self, pid: str) -> Any:
+        """The passage with id ``pid``, or None."""
+        return self.retriever.get(pid)
+
+    def as_retriever(self) -> Any:
+        """What a program searches through (:func:`ambiqa.as_retriever` asks for it)."""
+        return self.retriever
 
 
 def settings_from(settings: Any, cls: type, kwargs: dict[str, Any]) -> Any:
@@ -117,6 +146,24 @@ def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSetting
         retriever.index_name = cfg.name
     n = _count(retriever)
     return IndexResult(cfg.name, cfg.kind, str(retriever.fingerprint), n, root,
+                       time.perf_counter() - t0, retriever)
+
+
+def open_index(index: str | dict[str, Any], root: str | Path | None = None) -> IndexResult:
+    """Open an index by name (``"wiki"`` or ``"bm25:wiki"``; the kind comes from its
+    manifest): the same :class:`IndexResult` :func:`index` returned when it was built."""
+    from ambiqa.paths import index_root
+    from ambiqa.retrieval.factory import index_kind, open_retriever
+
+    t0 = time.perf_counter()
+    base = Path(root).expanduser() if root else index_root()
+    retriever = open_retriever(index, root=base)
+    spec = index if isinstance(index, dict) else {"index": index.rpartition(":")[2]}
+    name = str(getattr(retriever, "index_name", None) or spec.get("index"))
+    kind = getattr(retriever, "name", None)
+    if kind not in KINDS:
+        kind = index_kind(name, base)
+    return IndexResult(name, str(kind), str(retriever.fingerprint), _count(retriever), base,
                        time.perf_counter() - t0, retriever)
 
 

@@ -22,13 +22,13 @@ passed on purpose replaces the recorded one, and a different fingerprint then on
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.jsonio import read_json
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def resolve(target: Any, *, retriever: Any = None, index: str | dict | None = No
         raise ConfigError(f"a target is a program name, a JSON file or a dspy.Module, got "
                           f"{type(target).__name__}")
     if retriever is None and index is not None:
-        retriever = open_index(index, root=index_root) if with_index else None
+        retriever = _open_retriever(index, root=index_root) if with_index else None
     if is_file_target(target):
         return _resolve_file(Path(target), retriever=retriever, program=program,
                              with_index=with_index, strict=strict_fingerprint,
@@ -113,24 +113,30 @@ def resolve(target: Any, *, retriever: Any = None, index: str | dict | None = No
     return Target(prog, "program", name, config=dict(config or {}))
 
 
-def open_index(index: str | dict[str, Any], root: str | Path | None = None) -> Any:
-    """Open an index by name (``"wiki"`` or ``"bm25:wiki"``); the kind comes from its manifest."""
+def _open_retriever(index: str | dict[str, Any], root: str | Path | None = None) -> Any:
+    """The retriever of the index ``index`` (what a program searches through)."""
     from ambiqa.retrieval.factory import open_retriever
 
     return open_retriever(index, root=Path(root) if root else None)
 
 
 def _read_json(path: Path) -> Any:
+    """A program file (an ambiqa artifact or a ``prog.save`` file) through the guarded reader,
+    under the artifact cap: a saved program's demos are sent with every question just as an
+    artifact's are, so a 20 MB ``.save()`` file is refused like a 20 MB artifact (it loaded
+    before), and a 10,000-deep one is a one-line error, not a RecursionError."""
+    from ambiqa.optimizers.artifact import MAX_ARTIFACT_ENV, max_artifact_bytes
+
     if not path.is_file():
         raise ArtifactError(f"artifact not found: {path}",
                             hint="compile one with ambiqa.compile(...) or `ambiqa compile`, or "
                                  "save a program with prog.save(PATH.json)")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ArtifactError(f"{path} is not UTF-8 text (is it a binary file?)") from exc
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    cap = max_artifact_bytes()
+    size = path.stat().st_size
+    return read_json(path, error=ArtifactError, max_bytes=cap, what="program file",
+                     hint="re-create it with `ambiqa compile` or prog.save(PATH.json)",
+                     size_hint=f"save it with fewer demos, or raise the cap: "
+                               f"{MAX_ARTIFACT_ENV}={int(size / 2**20) + 1}")
 
 
 def _resolve_file(path: Path, *, retriever: Any, program: str | None, with_index: bool,
@@ -202,7 +208,7 @@ def _recorded_index(info: Any, path: Path, root: str | Path | None) -> Any:
     spec = {"index": info["index"], "kind": kind if kind in ("colbert", "bm25", "dense")
             else None}
     try:
-        return open_index(spec, root)
+        return _open_retriever(spec, root)
     except RetrievalIndexError as exc:
         raise ArtifactError(f"{path} was compiled over index {info['index']!r} "
                             f"({kind}), which cannot be opened: {exc.message}",

@@ -169,12 +169,16 @@ def describe(retriever: Any) -> dict[str, Any]:
 def as_retriever(obj: Any) -> Any:
     """``obj`` as the retriever protocol (``search``, ``batch_search``, ``get``, ``fingerprint``).
 
-    Accepted: an ambiqa retriever (returned as is), a ``dspy.Retrieve`` (searches through
-    ``dspy.settings.rm`` as DSPy does), or any callable ``fn(query, k) -> passages`` where
-    passages are strings, dicts (``text``/``contents``/``long_text``, optional ``id`` and
+    Accepted: an ambiqa retriever (returned as is), an index as ``ambiqa.index`` /
+    ``ambiqa.open_index`` return it (its ``as_retriever()``), a ``dspy.Retrieve`` (searches
+    through ``dspy.settings.rm`` as DSPy does), or any callable ``fn(query, k) -> passages``
+    where passages are strings, dicts (``text``/``contents``/``long_text``, optional ``id`` and
     ``title``), :class:`~ambiqa.types.Passage` objects, or a ``dspy.Prediction`` with
     ``passages``. Anything else is a :class:`ConfigError` naming what was given.
     """
+    unwrap = getattr(obj, "as_retriever", None)
+    if callable(unwrap) and not isinstance(obj, type):
+        return unwrap()
     if obj is None or hasattr(obj, "search"):
         return obj
     if callable(obj):
