@@ -28,7 +28,11 @@ request always gets the same answer, so a retried call fails again and runs are 
 ``500`` (HTTP 500 with a JSON error), ``html`` (HTTP 200, ``text/html`` body, as a proxy
 page), ``nonjson`` (HTTP 200, a body that is not JSON), ``empty_choices`` (a completion with
 ``"choices": []``), ``garbage`` (a well-formed completion whose text is in no adapter format:
-the one fault a program may answer around). ``server.faults`` may be changed while it runs;
+the one fault a program may answer around), ``null_content`` (a completion whose message has
+``"content": null``), ``auth_echo`` (HTTP 401 whose error message repeats the bearer key it
+was sent, as some gateways do) and ``500_echo`` (HTTP 500 repeating the key): the last two
+prove that no output of ambiqa ever carries a key an endpoint echoes. ``server.faults`` may
+be changed while it runs;
 ``server.faulted`` counts the requests that got a fault. ``port`` picks the port (0: any free
 one), so a test can take an endpoint down and bring it back at the same address.
 
@@ -259,7 +263,8 @@ def estimate_tokens(text: str) -> int:
 
 # ---- faults --------------------------------------------------------------------------------
 #: the fault modes ``serve(faults=...)`` knows
-FAULT_MODES = ("500", "html", "nonjson", "empty_choices", "garbage")
+FAULT_MODES = ("500", "html", "nonjson", "empty_choices", "garbage", "null_content",
+               "auth_echo", "500_echo")
 GARBAGE_TEXT = "Sure! Here is my answer, in no particular format."
 
 
@@ -355,6 +360,18 @@ class _Handler(BaseHTTPRequestHandler):
                                         b"<body><h1>Bad Gateway</h1></body></html>")
         elif mode == "nonjson":
             self._raw(200, "application/json", b"upstream said: not json")
+        elif mode in ("auth_echo", "500_echo"):
+            sent = self.headers.get("Authorization", "").partition(" ")[2]
+            status = 401 if mode == "auth_echo" else 500
+            self._error(status, f"Incorrect API key provided: {sent}. You can find your API "
+                                f"key at https://example.invalid/keys (key={sent})")
+        elif mode == "null_content":
+            self._send(200, {"id": "fake-null", "object": "chat.completion",
+                             "created": int(time.time()), "model": str(body.get("model")),
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": None}}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 0,
+                                       "total_tokens": 1}})
         elif mode == "empty_choices":
             self._send(200, {"id": "fake-empty", "object": "chat.completion",
                              "created": int(time.time()), "model": str(body.get("model")),

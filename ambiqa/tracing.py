@@ -57,6 +57,9 @@ class CallRecord:
     end: float = 0.0
     error: str = ""
     detail: str = ""
+    #: the reply came from DSPy's response cache: no LM was asked (a dead endpoint would not
+    #: show), so rows, summaries, reports and served answers count these calls apart
+    cached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +124,12 @@ class CostTrace:
     @property
     def cached_share(self) -> float:
         return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def cached_calls(self) -> int:
+        """LM calls answered from DSPy's response cache (no LM was asked; see
+        :class:`UsageTap`): an answer built from them says nothing about the LM now."""
+        return sum(1 for r in self.records if r.kind == "lm" and r.cached)
 
     @property
     def format_retries(self) -> int:
@@ -198,6 +207,7 @@ class CostTrace:
     def summary(self) -> dict[str, Any]:
         return {
             "lm_calls": self.lm_calls,
+            "cached_calls": self.cached_calls,
             "input_tokens": self.input_tokens,
             "computed_tokens": self.computed_tokens,
             "cached_tokens": self.cached_tokens,
@@ -277,13 +287,18 @@ def record_compute(module: str, start: float, end: float, detail: str = "") -> N
                      detail=detail))
 
 
+def _redact(text: str) -> str:
+    from ambiqa.lm.redact import redact  # the LM package imports this module
+
+    return redact(text)
+
+
 def record_event(module: str, detail: str) -> None:
     """Record a degradation (a step that failed and fell back) so reports can count it.
-    Credentials in URLs are redacted: events reach results.jsonl and reports."""
-    from ambiqa.lm.redact import redact
-
+    Credentials (URL passwords, known key values) are redacted: events reach results.jsonl,
+    reports and served answers, and an endpoint may echo its key in an error."""
     now = time.perf_counter()
-    _emit(CallRecord(kind="event", module=module, detail=redact(detail), start=now, end=now))
+    _emit(CallRecord(kind="event", module=module, detail=_redact(detail), start=now, end=now))
 
 
 def record_budget_cut(module: str, detail: str) -> None:
@@ -311,6 +326,9 @@ class UsageTap:
     DSPy reports usage to ``settings.usage_tracker.add_usage(model, usage)`` in the calling
     thread right before the LM call returns (and not at all for cache hits, which cost
     nothing); the tap parks it in a thread-local that :meth:`TraceCallback.on_lm_end` reads.
+    That silence is also how a cache hit is told apart: a call that succeeded while a tap
+    was installed but never reported usage was answered by the response cache, whatever
+    engine the LM has (ambiqa's, LiteLLM's, a user's), so it is marked ``cached``.
     """
 
     def __init__(self, inner: Any = None) -> None:
@@ -326,6 +344,7 @@ class UsageTap:
         details = usage.get("prompt_tokens_details") or {}
         cached = (details.get("cached_tokens") if isinstance(details, dict) else 0) or 0
         _LAST.usage = (int(tin), int(tout), min(int(cached), int(tin)))
+        _LAST.reported = True
 
     def __deepcopy__(self, memo: dict) -> UsageTap:  # DSPy's parallelizer deep-copies trackers
         return self
@@ -342,12 +361,19 @@ def note_max_tokens(cap: int) -> None:
     _LAST.cap = int(cap or 0)
 
 
-def _take_last() -> tuple[int, int, int, str, int]:
+def _take_last() -> tuple[int, int, int, str, int, bool]:
     tin, tout, cached = getattr(_LAST, "usage", (0, 0, 0))
     finish = getattr(_LAST, "finish", "")
     cap = getattr(_LAST, "cap", 0)
-    _LAST.usage, _LAST.finish, _LAST.cap = (0, 0, 0), "", 0
-    return tin, tout, cached, finish, cap
+    reported = getattr(_LAST, "reported", False)
+    _LAST.usage, _LAST.finish, _LAST.cap, _LAST.reported = (0, 0, 0), "", 0, False
+    return tin, tout, cached, finish, cap, reported
+
+
+def _tap_installed() -> bool:
+    import dspy
+
+    return isinstance(dspy.settings.get("usage_tracker"), UsageTap)
 
 
 class TraceCallback(BaseCallback):
@@ -388,12 +414,15 @@ class TraceCallback(BaseCallback):
         end = time.perf_counter()
         with self._lock:
             start, model = self._starts.pop(call_id, (end, ""))
-        tin, tout, cached, finish, cap = _take_last()
+        tin, tout, cached, finish, cap, reported = _take_last()
+        # DSPy skips the usage report only for a response-cache hit (see UsageTap)
+        from_cache = exception is None and not reported and _tap_installed()
         record_lm_call(CallRecord(
             kind="lm", module=_MODULE.get() or "direct", model=str(model), input_tokens=tin,
             output_tokens=tout, cached_tokens=cached, max_tokens=cap, latency_s=end - start,
             finish_reason=finish, start=start, end=end,
             error=type(exception).__name__ if exception is not None else "",
+            cached=from_cache,
         ))
 
     # adapter parses -------------------------------------------------------------------------
@@ -410,7 +439,7 @@ class TraceCallback(BaseCallback):
         now = time.perf_counter()
         record_lm_call(CallRecord(
             kind="parse", module=_MODULE.get() or "direct", error=type(exception).__name__,
-            detail=f"{adapter} could not parse the reply: {str(exception)[:160]}",
+            detail=_redact(f"{adapter} could not parse the reply: {str(exception)[:160]}"),
             start=now, end=now))
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ambiqa.lm.redact import redact
+
 
 class EndpointEngine:
     """Sends a canonical request through an inner ``dspy.LM`` (LiteLLM or DSPy's native HTTP
@@ -56,6 +58,19 @@ class EndpointEngine:
     def close(self) -> None:
         self._lm.close()
 
+    def probe(self, timeout_s: float = 5.0) -> str | None:
+        """Why the endpoint cannot answer (one phrase), or ``None`` when it can: one
+        ``GET {api_base}/models`` with the key, as every OpenAI-compatible server offers.
+
+        No reply at all (refused, unresolvable, timed out), a refused key (401/403), a
+        gateway whose upstream is gone (502-504) or an HTML page where the API should be
+        count as not answering; any other status means a server is there (a 404 from a server
+        without the route is still a server). The key is sent as the calls send it, and
+        never appears in the reason."""
+        key = self._lm.kwargs.get("api_key")
+        return probe_endpoint(str(self.api_base), None if key == "not-needed" else key,
+                              timeout_s)
+
     def dump_state(self) -> dict[str, Any]:
         return {"model": self.model, "api_base": self.api_base, "api_key_env": self.api_key_env,
                 "timeout": self.timeout, "max_tokens": self.max_tokens,
@@ -63,15 +78,72 @@ class EndpointEngine:
 
 
 def check_completion(response: Any, model: str) -> None:
-    """Refuse a 200 reply that is not a completion: an OpenAI-style body with no ``choices``.
+    """Refuse a 200 reply that is not a completion: an OpenAI-style body with no ``choices``,
+    or whose message has ``content: null`` and no tool calls.
 
-    The HTTP client maps it to an empty text, which the adapter would report as a reply that
-    does not parse, and the step would degrade; but nothing was generated, so it is a
-    transport failure (a gateway or a server fault), raised as a retryable server error.
-    A completion whose content is empty is the model's reply and stays a parse failure.
+    The HTTP client maps both to an empty text, which the adapter would report as a reply
+    that does not parse, and the step would degrade -- an empty answer scored as answered
+    (issue 42: rc 0, 4/4); but nothing was generated, so it is a transport failure (a gateway,
+    a server fault or a filter that withheld the text), raised as a retryable server error
+    and, after the retries, a failed question. A completion whose content is an empty
+    *string* is the model's reply and stays a parse failure.
     """
     from dspy import lm15
 
     data = getattr(response, "provider_data", None)
-    if isinstance(data, dict) and "choices" in data and not data["choices"]:
+    if not isinstance(data, dict) or "choices" not in data:
+        return
+    choices = data["choices"]
+    if not choices:
         raise lm15.ServerError(f"{model}: the reply has no choices (an empty completion body)")
+    first = choices[0] if isinstance(choices, list) else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if isinstance(message, dict) and message.get("content") is None and \
+            not message.get("tool_calls") and not message.get("function_call"):
+        reason = first.get("finish_reason")
+        raise lm15.ServerError(f"{model}: the reply's message has no content (content: null"
+                               + (f", finish_reason {reason!r}" if reason else "") + ")")
+
+
+def probe_endpoint(api_base: str, api_key: str | None, timeout_s: float = 5.0) -> str | None:
+    """See :meth:`EndpointEngine.probe`: ``None`` when ``api_base`` answers like a server."""
+    import base64
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(api_base)
+        host = parts.hostname or ""
+        netloc = host if ":" not in host else f"[{host}]"
+        if parts.port:
+            netloc += f":{parts.port}"
+    except ValueError as exc:
+        return redact(f"not a URL ({exc})")
+    if parts.scheme not in ("http", "https") or not host:
+        return "not an http(s) URL"
+    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/models", parts.query,
+                      ""))
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    elif parts.username is not None:
+        token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    request = urllib.request.Request(url, headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:  # noqa: S310
+            kind = reply.headers.get("Content-Type", "")
+            if "html" in kind.lower():
+                return "it answers with an HTML page, not the API (is the URL's path right?)"
+            return None
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return f"HTTP {exc.code}: the key was refused"
+        if exc.code in (502, 503, 504):
+            return f"HTTP {exc.code} from a gateway: the server behind it does not answer"
+        return None  # a server answered, only not this route
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return redact(f"{type(reason).__name__}: {reason}" if not isinstance(reason, str)
+                      else reason)

@@ -3,6 +3,16 @@
 Every engine, embedded or endpoint, is wrapped in a
 :class:`~ambiqa.lm.resilience.ResilientEngine` and handed to DSPy as ``dspy.LM(...,
 engine=...)`` with DSPy's own retries off.
+
+The response cache (DSPy's, on by default) keys on the request and the LM's keywords, not on
+the engine behind it: two endpoints serving a model of the same name shared their cached
+replies, so a run against a dead ``--api-base`` was answered from another endpoint's cache
+(issue 42). Each LM therefore carries :func:`answer_identity` -- everything that changes an
+answer but is not in the request: the endpoint (credentials removed), the key variable's name,
+the embedded model and its output caps -- as a cache keyword (see
+:data:`~ambiqa.lm.resilience.CACHE_IDENTITY_KEY`). And since a cache can still answer for an
+endpoint that went down since, the command line probes the endpoint before it runs
+(:func:`check_reachable`).
 """
 
 from __future__ import annotations
@@ -13,12 +23,12 @@ from dataclasses import asdict
 from typing import Any
 
 from ambiqa.envutil import env_int
-from ambiqa.errors import ConfigError
+from ambiqa.errors import ConfigError, LMUnavailableError
 from ambiqa.lm.embedded import EmbeddedSettings, XLlamaEngine
 from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
-from ambiqa.lm.redact import install_log_redaction
-from ambiqa.lm.resilience import ResilientEngine, RetryPolicy
+from ambiqa.lm.redact import endpoint_host, install_log_redaction, redact, register_secret
+from ambiqa.lm.resilience import CACHE_IDENTITY_KEY, ResilientEngine, RetryPolicy
 
 _ENGINES: dict[tuple, XLlamaEngine] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -48,6 +58,9 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
             engine = XLlamaEngine(assemble_model(settings.model), settings)
             _ENGINES[key] = engine
     policy = policy or RetryPolicy.from_env(**asdict(EMBEDDED_POLICY))
+    identity = answer_identity("embedded", settings.model, n_ctx=settings.n_ctx,
+                               output_caps=settings.output_caps,
+                               stop_at_marker=settings.stop_at_marker)
     return dspy.LM(
         f"embedded/{settings.model}",
         engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}",
@@ -57,7 +70,17 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
         max_tokens=settings.max_tokens,
         cache=cache,
         num_retries=0,
+        metadata={CACHE_IDENTITY_KEY: identity},
     )
+
+
+def answer_identity(kind: str, model: str, **settings: Any) -> str:
+    """What answers a call, beyond the request DSPy's cache already keys on (messages,
+    temperature, max_tokens...): the engine kind, the model and the settings that change a
+    reply (an endpoint's URL without credentials, the key variable's *name*, the embedded
+    model's context and output caps). Never a secret: it is stored with the LM's keywords."""
+    parts = [kind, model] + [f"{k}={'' if v is None else v}" for k, v in sorted(settings.items())]
+    return redact("|".join(str(p) for p in parts))
 
 
 def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | None = None,
@@ -86,6 +109,7 @@ def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | N
         if not key:
             raise ConfigError(f"environment variable {api_key_env} is not set",
                               hint=f"export {api_key_env}=... before running")
+        register_secret(key)  # an endpoint may echo it in an error body (issue 42)
     elif api_base:
         key = "not-needed"
     if policy is None:
@@ -96,8 +120,40 @@ def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | N
     policy = RetryPolicy(**{**asdict(policy), "timeout_s": http_timeout + 10.0})
     inner = EndpointEngine(model, api_base=api_base, api_key_env=api_key_env, api_key=key,
                            timeout=http_timeout, max_tokens=max_tokens, temperature=temperature)
+    identity = answer_identity("endpoint", model, api_base=api_base, api_key_env=api_key_env)
     return dspy.LM(model, engine=ResilientEngine(inner, policy, model=model),
-                   temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0)
+                   temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0,
+                   metadata={CACHE_IDENTITY_KEY: identity})
+
+
+#: seconds the liveness probe waits for an endpoint's first byte
+PROBE_TIMEOUT_S = 5.0
+
+
+def check_reachable(lm: Any, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse to start when ``lm`` is an endpoint that does not answer, before any question.
+
+    Why: with the response cache on, questions asked before are answered from the cache
+    without the endpoint, so a dead ``--api-base`` passed for a working one (issue 42: exit 0,
+    0 tokens). One ``GET {api_base}/models`` settles it in milliseconds; with the cache off a
+    dead endpoint fails every question anyway (and is recorded so), so only cached LMs are
+    probed. The embedded model and endpoints without ``api_base`` (a provider's own URL,
+    which LiteLLM knows and ambiqa does not) are not probed. Raises
+    :class:`~ambiqa.errors.LMUnavailableError` with one line (the CLI's exit 2).
+    """
+    engine = getattr(lm, "engine", None)
+    inner = getattr(engine, "inner", engine)
+    if not isinstance(inner, EndpointEngine) or not inner.api_base or \
+            not getattr(lm, "cache", False):
+        return
+    problem = inner.probe(timeout_s)
+    if problem is not None:
+        raise LMUnavailableError(
+            redact(f"the LM endpoint {endpoint_host(inner.api_base)} does not answer: "
+                   f"{problem}"),
+            hint="start the server or fix --api-base (and the key variable); answers cached "
+                 "from earlier runs are never used in place of a dead endpoint",
+            kind="connection")
 
 
 def make_lm(spec: str | None = None, *, api_base: str | None = None,

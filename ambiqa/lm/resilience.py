@@ -15,13 +15,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ambiqa.envutil import env_seconds
 from ambiqa.errors import ConfigError
 from ambiqa.lm.endpoint import EndpointEngine
+from ambiqa.lm.redact import register_secret
 from ambiqa.parallel import call_with_deadline
 from ambiqa.tracing import (
     current_output_cap,
@@ -37,6 +38,28 @@ log = logging.getLogger(__name__)
 #: anything a small model writes after it). Only the ChatAdapter layout is cut this way; a
 #: JSON-adapter reply never contains the marker.
 STOP_SEQUENCES: tuple[str, ...] = ("[[ ## completed ## ]]",)
+#: The key under the LM's ``metadata`` keyword that names what answers a call (engine,
+#: endpoint, model settings; :func:`ambiqa.lm.factory.answer_identity`). DSPy's response
+#: cache keys on the LM's keywords, so it keys on this too; the request carries it as
+#: ``config.extensions["metadata"]`` and :meth:`ResilientEngine.complete` strips it before
+#: any engine or server sees it.
+CACHE_IDENTITY_KEY = "ambiqa_cache_key"
+
+
+def strip_cache_identity(request: Any) -> Any:
+    """``request`` without ambiqa's cache identity (the rest of ``metadata`` is kept)."""
+    import dataclasses
+
+    cfg = getattr(request, "config", None)
+    ext = getattr(cfg, "extensions", None)
+    if not ext or not isinstance(ext.get("metadata"), Mapping) or \
+            CACHE_IDENTITY_KEY not in ext["metadata"]:
+        return request
+    meta = {k: v for k, v in ext["metadata"].items() if k != CACHE_IDENTITY_KEY}
+    rest = {k: v for k, v in ext.items() if k != "metadata"}
+    if meta:
+        rest["metadata"] = meta
+    return dataclasses.replace(request, config=dataclasses.replace(cfg, extensions=rest or None))
 
 
 @dataclass(frozen=True)
@@ -237,7 +260,7 @@ class ResilientEngine:
                                    finish_reason="length")
 
     def complete(self, request: Any) -> Any:
-        request, cap = self._budgeted(request)
+        request, cap = self._budgeted(strip_cache_identity(request))
         policy = self.policy
         start = time.monotonic()
         deadline = policy.total_deadline()
@@ -303,6 +326,8 @@ class ResilientEngine:
         key_env = ep.get("api_key_env")
         key = os.environ.get(key_env) if key_env else ("not-needed" if ep.get("api_base")
                                                         else None)
+        if key_env:
+            register_secret(key)  # an endpoint may echo it in an error body (issue 42)
         inner = EndpointEngine(ep["model"], api_base=ep.get("api_base"), api_key_env=key_env,
                                api_key=key, timeout=float(ep.get("timeout") or 120.0),
                                max_tokens=int(ep.get("max_tokens") or 512),
