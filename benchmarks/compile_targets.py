@@ -3,14 +3,22 @@
 Given the dev run of a compiled program, the zero-shot run of the same program and the best
 compiled ``vanilla_rag`` on the same ASQA dev questions (default 1.5B, dense index, D-F1 read
 by ``extractive:minilm-asqa-v3``, a stand-in for the ASQA paper's RoBERTa reader), this says
-for each target whether it is met, with its numbers:
+for each target whether it is met, missed or undecided, with its numbers and interval:
 
 * DR above the best compiled vanilla_rag, the paired interval excluding 0 (n >= 60);
 * STR-EM not lowered against the zero-shot program (the interval's upper end above 0);
 * the long answers keep the references' form: median length between 40 and 100 words;
 * Diva's verifier against its own signal: path accuracy >= 0.8 with both paths taken.
 
-and gives one round of error analysis: for each gold reading, the step that lost it
+A target is judged by its interval, never by a point value: **met** when the whole 95%
+interval lies on the target's side (and n reaches the n the target asks for), **missed** when
+the whole interval lies on the wrong side, **undecided at n = N** otherwise. Paired metric
+differences use the BCa bootstrap intervals of :mod:`ambiqa.evaluation.stats`; the median
+answer length a percentile bootstrap of the median (questions resampled); the verifier's path
+accuracy, a count (right of n), the Wilson score interval. "Both paths taken" is a fact of
+the run, not an estimate: a run that never took one path misses that target.
+
+It also gives one round of error analysis: for each gold reading, the step that lost it
 (retrieval, verification, clarification, generation; :func:`ambiqa.optimizers.feedback.diagnose`)
 in the compiled and the zero-shot run, on the same questions.
 
@@ -23,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ambiqa.data import load_dataset
 from ambiqa.evaluation.report import load_run
@@ -43,14 +54,60 @@ BEST_VANILLA = f"{RESCORED}/asqa-compiled/vanilla_rag-mipro"
 MIN_N = 60
 WORDS = (40, 100)
 VERIFIER_PATH = 0.8
+#: Wilson's z for a 95% interval; resamples and seed of the median's bootstrap
+Z95 = 1.959963984540054
+N_RESAMPLES = 2000
+SEED = 0
+
+
+def judge(lo: float, hi: float, n: int, low: float = -math.inf, high: float = math.inf,
+          strict: bool = False, min_n: int = 0) -> str:
+    """``met``, ``missed`` or ``undecided at n = N`` for a target region ``[low, high]`` (with
+    ``strict``, ``(low, high]``: "above low") and an interval ``[lo, hi]``: met only when the
+    whole interval is inside the region and ``n >= min_n``, missed when the whole interval is
+    outside it; no interval (NaN) decides nothing."""
+    if math.isnan(lo) or math.isnan(hi):
+        return f"undecided at n = {n}"
+    outside = (hi <= low if strict else hi < low) or lo > high
+    inside = (lo > low if strict else lo >= low) and hi <= high
+    if outside:
+        return "missed"
+    if inside and n >= min_n:
+        return "met"
+    return f"undecided at n = {n}"
+
+
+def wilson(right: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``right / n`` (NaN for n = 0)."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def median_interval(values: list[int], seed: int = SEED) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the median (questions resampled; NaN under 3)."""
+    if len(values) < 3:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    arr = np.asarray(values, dtype=float)
+    meds = np.median(rng.choice(arr, size=(N_RESAMPLES, len(arr)), replace=True), axis=1)
+    lo, hi = np.percentile(meds, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def words(text: Any) -> int:
     return len(str(text or "").split())
 
 
+def answer_words(rows: list[dict[str, Any]]) -> list[int]:
+    return [words((r.get("prediction") or {}).get("answer")) for r in rows if not r.get("error")]
+
+
 def median_words(rows: list[dict[str, Any]]) -> float:
-    got = [words((r.get("prediction") or {}).get("answer")) for r in rows if not r.get("error")]
+    got = answer_words(rows)
     return float(statistics.median(got)) if got else float("nan")
 
 
@@ -121,20 +178,34 @@ def measure(run_dir: str, zero_shot: str, best_vanilla: str,
     dr = out["vs_best_vanilla"]["dr"]
     strem = out["vs_zero_shot"]["str-em"]
     med = out["median_words"]["compiled"]
+    got = answer_words(new.rows)
+    med_lo, med_hi = median_interval(got)
+    right = sum(v.get("right", 0) for v in (path.get("by_expected") or {}).values())
+    n_path = int(path.get("n", 0))
+    acc_lo, acc_hi = wilson(right, n_path)
+    both = sum(1 for v in taken.values() if v) >= 2
+    path_verdict = judge(acc_lo, acc_hi, n_path, low=VERIFIER_PATH, high=1.0)
+    if not both:
+        path_verdict = "missed"
     out["targets"] = [
         {"target": f"DR above the best compiled vanilla_rag, interval excluding 0, n >= {MIN_N}",
-         "value": fmt(dr), "met": bool(dr["ci95"][0] > 0 and dr["n_shared"] >= MIN_N)},
-        {"target": "STR-EM not lowered against the zero-shot program (upper end above 0)",
-         "value": fmt(strem), "met": bool(strem["ci95"][1] > 0)},
+         "value": fmt(dr), "interval": list(dr["ci95"]), "n": dr["n_shared"],
+         "verdict": judge(*dr["ci95"], dr["n_shared"], low=0.0, strict=True, min_n=MIN_N)},
+        {"target": "STR-EM not lowered against the zero-shot program (interval at or above 0)",
+         "value": fmt(strem), "interval": list(strem["ci95"]), "n": strem["n_shared"],
+         "verdict": judge(*strem["ci95"], strem["n_shared"], low=0.0)},
         {"target": f"median long answer {WORDS[0]}-{WORDS[1]} words (references "
                    f"{out['median_words']['references']:.0f})",
-         "value": f"{med:.0f}", "met": bool(WORDS[0] <= med <= WORDS[1])},
+         "value": f"{med:.0f} [{med_lo:.1f}, {med_hi:.1f}] (n = {len(got)}; bootstrap)",
+         "interval": [med_lo, med_hi], "n": len(got),
+         "verdict": judge(med_lo, med_hi, len(got), low=WORDS[0], high=WORDS[1])},
         {"target": f"verifier path accuracy >= {VERIFIER_PATH}, both paths taken",
-         "value": (f"{path.get('accuracy', float('nan')):.3f} (n = {path.get('n', 0)}), "
-                   f"paths taken {dict(taken)}"),
-         "met": bool(path.get("accuracy", 0) >= VERIFIER_PATH
-                     and sum(1 for v in taken.values() if v) >= 2)},
+         "value": (f"{path.get('accuracy', float('nan')):.3f} = {right}/{n_path} "
+                   f"[{acc_lo:.3f}, {acc_hi:.3f}] (Wilson), paths taken {dict(taken)}"),
+         "interval": [acc_lo, acc_hi], "n": n_path, "verdict": path_verdict},
     ]
+    for t in out["targets"]:
+        t["met"] = t["verdict"] == "met"
     return out
 
 
@@ -143,10 +214,13 @@ def render(m: dict[str, Any], command: str) -> str:
              f"`{command}` -- ASQA dev, LM `{m['lm']}`, index `{m['index']}`, D-F1 read by "
              f"`{m['reader']}` (a STAND-IN for the ASQA paper's RoBERTa-large SQuAD2 reader). "
              "Paired 95% BCa bootstrap intervals on the questions both runs hold; a failed "
-             f"question scores 0 ({m['failed']} failed).", "",
-             "| target | measured | met? |", "|---|---|---|"]
-    lines += [f"| {t['target']} | {t['value']} | {'met' if t['met'] else 'missed'} |"
-              for t in m["targets"]]
+             f"question scores 0 ({m['failed']} failed). A target is met only when its whole "
+             "95% interval lies on its side (and n reaches the n it asks for), missed when the "
+             "whole interval lies on the wrong side, undecided otherwise: the median answer's "
+             "interval is a percentile bootstrap of the median, the verifier's path accuracy "
+             "(a count) a Wilson interval.", "",
+             "| target | measured | verdict |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['value']} | {t['verdict']} |" for t in m["targets"]]
     best, zero = Path(m["best_vanilla"]).name, Path(m["zero_shot"]).name
     lines += ["", f"| metric | compiled | vs best compiled vanilla_rag (`{best}`) "
               f"| vs zero-shot (`{zero}`) |",
