@@ -5,6 +5,7 @@ All with the scripted fake LM and in-memory retrievers (no model)."""
 from __future__ import annotations
 
 import functools
+import threading
 
 import dspy
 import pytest
@@ -26,7 +27,7 @@ from ambiqa.optimizers.signals import (
 from ambiqa.programs.registry import build_program
 from ambiqa.retrieval.base import InMemoryRetriever
 from ambiqa.testing import HashEncoder as _HashEncoder
-from ambiqa.testing import answer_words, scripted_lm, titles_as_answers
+from ambiqa.testing import ScriptedEngine, answer_words, scripted_lm, titles_as_answers
 from ambiqa.types import Passage
 
 HashEncoder = functools.partial(_HashEncoder, 64, tokenize=answer_words)
@@ -73,14 +74,40 @@ def test_relabel_gives_the_class_the_signal_asks_for():
                     "answer": "2019"}
 
 
-def _diva_lm(verdict: str = "yes", reflected: dict | None = None):
+class _PromptedEngine(ScriptedEngine):
+    """The scripted engine, keeping each call's system prompt where this thread's handler
+    reads it: a handler can answer by the instructions it was actually given."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.local = threading.local()
+        self.prompts: list[str] = []
+
+    def complete(self, request):
+        system = request.system if isinstance(request.system, str) else "".join(
+            getattr(p, "text", "") or "" for p in (request.system or ()))
+        self.local.prompt = " ".join((system + "\n" + (request.messages[0].text or "")).split())
+        self.prompts.append(self.local.prompt)
+        return super().complete(request)
+
+
+#: the one instruction the scripted writer obeys: with it in its prompt, it names every reading
+NAME_EVERY_READING = "Name every reading, one sentence each, each with its own answer."
+#: what a proposal that changes nothing appends (the control)
+BE_BRIEF = "Be brief: one short sentence."
+
+
+def _diva_lm(verdict: str = "yes", instruction: str = NAME_EVERY_READING):
+    """Diva's scripted LM. Its writer answers well ("Every reading named.") only when the
+    prompt it is given holds ``instruction``, word for word: what a GEPA test adopts must be
+    what changes the output, not the mere fact that a reflection happened."""
     def long_answer(inp):
         text = "Answers: " + inp["interpretations"]
-        if reflected is not None and reflected.get("done"):
+        if instruction in engine.local.prompt:
             text += " Every reading named."
         return {"long_answer": text}
 
-    return scripted_lm({
+    engine = _PromptedEngine({
         "TypeAmbiguity": {"ambiguity_type": "AmbSub", "reason": "which film"},
         "PseudoInterpretations": lambda inp: {"interpretations": [inp["question"] + " (a)",
                                                                   inp["question"] + " (b)"]},
@@ -89,6 +116,7 @@ def _diva_lm(verdict: str = "yes", reflected: dict | None = None):
         "WriteLongAnswer": long_answer,
         "ClosedBookLongAnswer": {"long_answer": "unknown"},
     })
+    return dspy.LM("scripted/fake", engine=engine, cache=False, num_retries=0)
 
 
 def _diva(passages=PASSAGES):
@@ -178,13 +206,26 @@ def test_coverage_aware_metric_is_the_mean_of_d_f1_and_str_em():
 
 
 # ---- GEPA and SIMBA -------------------------------------------------------------------------
-def _reflection_lm(state: dict):
+def _reflection_lm(state: dict, proposal: str = NAME_EVERY_READING):
+    """A reflection LM that appends ``proposal`` to whatever instruction it is shown."""
     def propose(inputs):
-        state["done"] = True
         state["calls"] = state.get("calls", 0) + 1
-        return {"new_instruction": inputs["current_instruction"] + " Name every reading."}
+        return {"new_instruction": inputs["current_instruction"] + " " + proposal}
 
     return scripted_lm({}, default=propose)
+
+
+def _writer(program):
+    return dict(program.named_predictors())["long_answer.write"]
+
+
+def _adopt(program, instruction: str):
+    """``program`` with ``instruction`` appended to its writer's, as an optimizer adopts it."""
+    out = program.deepcopy()
+    writer = _writer(out)
+    writer.signature = writer.signature.with_instructions(
+        writer.signature.instructions + " " + instruction)
+    return out
 
 
 def _check_artifact(tmp_path, compiled, name, retriever):
@@ -207,32 +248,66 @@ def _check_artifact(tmp_path, compiled, name, retriever):
 
 def test_gepa_compiles_diva_with_feedback_then_loads_exports_and_answers(tmp_path, use_lm):
     state: dict = {}
-    use_lm(_diva_lm("yes", reflected=state))
+    lm = use_lm(_diva_lm("yes"))
     retriever = InMemoryRetriever(PASSAGES)
     train = load_dataset("demo:train")[:6]
     budget = Budget(None)
+    question = "When was the film Little Women released?"
 
-    def named(example, pred, trace=None):  # the scripted writer improves once reflected on
+    def named(example, pred, trace=None):  # the scripted writer obeys NAME_EVERY_READING
         return float("Every reading named." in pred.answer)
 
+    assert "Every reading named." not in _diva()(question=question).answer  # before: no
     compiled, report = compile_program(_diva(), train, optimizer="gepa",
                                        metric=named, budget=budget,
                                        reflection_lm=_reflection_lm(state), gepa_rollouts=30,
                                        reflection_minibatch=2)
     assert state.get("calls", 0) >= 1  # the reflection LM proposed instructions
-    evolved = [n for n, p in compiled.named_predictors()
-               if p.signature.instructions.endswith("Name every reading.")]
-    assert evolved, "the better-scoring candidate (after reflection) should win"
+    # the writer adopted the proposed instruction, and that is what changed its output
+    assert _writer(compiled).signature.instructions.endswith(NAME_EVERY_READING)
     assert report.settings["n_val"] == 2 and report.settings["rollouts"] == 30
     assert report.settings["best_val_score"] > report.settings["seed_val_score"]
     assert report.cost["lm_calls"] > 0 and budget.spent > 0
-    _, text = _check_artifact(tmp_path, compiled, "gepa", retriever)
-    assert "Name every reading." in text
+    assert "Every reading named." in compiled(question=question).answer
+    assert NAME_EVERY_READING in lm.engine.prompts[-1]  # the writer's prompt carried it
+    loaded, text = _check_artifact(tmp_path, compiled, "gepa", retriever)
+    assert NAME_EVERY_READING in text
+    assert "Every reading named." in loaded(question=question).answer
+
+
+def test_gepa_adopts_nothing_when_the_proposed_instruction_changes_nothing(use_lm):
+    """The control: the reflection proposes a different instruction. The scripted writer
+    ignores it, so no candidate scores better and GEPA keeps the seed instructions; and the
+    different instruction, adopted by hand, leaves the output as it was, while the right one,
+    adopted the same way, improves it."""
+    state: dict = {}
+    lm = use_lm(_diva_lm("yes"))
+    question = "When was the film Little Women released?"
+
+    def named(example, pred, trace=None):
+        return float("Every reading named." in pred.answer)
+
+    seed = _diva()
+    compiled, report = compile_program(seed, load_dataset("demo:train")[:6], optimizer="gepa",
+                                       metric=named, budget=Budget(None),
+                                       reflection_lm=_reflection_lm(state, BE_BRIEF),
+                                       gepa_rollouts=30, reflection_minibatch=2)
+    assert state.get("calls", 0) >= 1  # reflection happened ...
+    assert any(BE_BRIEF in p for p in lm.engine.prompts)  # ... and its proposal was tried
+    assert report.settings["best_val_score"] == report.settings["seed_val_score"] == 0
+    assert [p.signature.instructions for _, p in compiled.named_predictors()] == [
+        p.signature.instructions for _, p in seed.named_predictors()]
+    assert "Every reading named." not in compiled(question=question).answer
+
+    brief = _adopt(_diva(), BE_BRIEF)
+    answer = brief(question=question).answer
+    assert BE_BRIEF in lm.engine.prompts[-1] and "Every reading named." not in answer
+    assert "Every reading named." in _adopt(_diva(), NAME_EVERY_READING)(question=question).answer
 
 
 def test_gepa_stops_at_the_lm_call_budget(use_lm):
     state: dict = {}
-    lm = use_lm(_diva_lm("yes", reflected=state))
+    lm = use_lm(_diva_lm("yes"))
     budget = Budget(25)
     compiled, report = compile_program(_diva(), load_dataset("demo:train")[:6],
                                        optimizer="gepa", metric=dspy_metric("str-em"),
