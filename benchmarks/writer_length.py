@@ -32,6 +32,7 @@ Writes ``benchmarks/results/writer-length/writer_length.md`` and ``writer_length
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import re
@@ -197,6 +198,43 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
+def reading_answers(prediction: dict[str, Any]) -> list[str]:
+    """The distinct (normalized) answers of the readings the program's writer was given: the
+    prediction's ``interpretations`` (a list of ``{question, answer}``, or its repr as the rows
+    store it)."""
+    from ambiqa.text import normalize_answer
+
+    items = prediction.get("interpretations")
+    if isinstance(items, str):
+        try:
+            items = ast.literal_eval(items)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            items = []
+    got = (normalize_answer(str(x.get("answer") or "")) for x in (items or [])
+           if isinstance(x, dict))
+    return [a for a in dict.fromkeys(got) if a]
+
+
+def collapsed(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Over the answered questions whose readings gave two or more distinct answers: how many
+    long answers state at most one of them (``collapsed``), and the answers given and stated."""
+    from ambiqa.text import normalize_answer
+
+    out = {"questions": 0, "collapsed": 0, "answers_given": 0, "answers_stated": 0}
+    for r in rows:
+        pred = r.get("prediction") or {}
+        given = reading_answers(pred)
+        if r.get("error") or len(given) < 2:
+            continue
+        text = normalize_answer(str(pred.get("answer") or ""))
+        stated = sum(a in text for a in given)
+        out["questions"] += 1
+        out["collapsed"] += stated <= 1
+        out["answers_given"] += len(given)
+        out["answers_stated"] += stated
+    return out
+
+
 def answer_words(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Words per answered question (failed questions left out), by id."""
     return {str(r["id"]): words((r.get("prediction") or {}).get("answer"))
@@ -217,6 +255,9 @@ def measure_run(run_dir: Path, root: Path, refs: References) -> dict[str, Any]:
     return {"run": _rel(run_dir, root / RESULTS), "program": program, "lm": spec.get("lm"),
             "data": spec.get("data"), "writer": demos, "answer_words": got,
             "median_words": _median(got.values()), "n": len(got),
+            "median_sentences": _median(sentences((r.get("prediction") or {}).get("answer"))
+                                        for r in rows if not r.get("error")),
+            "multi_reading": collapsed(rows),
             "failed": sum(1 for r in rows if r.get("error")),
             "references_median": _median(ref_words), "answers_sha256": fingerprint}
 
@@ -288,6 +329,10 @@ def _demo_cell(w: dict[str, Any]) -> str:
     return "/".join(str(x) for x in w["words"])
 
 
+def _share(k: int, n: int) -> str:
+    return f"{k}/{n}" if n else "–"
+
+
 def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
@@ -299,14 +344,21 @@ def render(m: dict[str, Any]) -> str:
              "shows its writer (`WriteLongAnswer`'s predictor); median answer: over the run's "
              "answered questions (n); references: the median over the same questions of each "
              "question's median annotator long answer (ASQA dev). A run stored twice with the "
-             "same answers (re-scored by another reader) is one row, its copy named.", "",
+             "same answers (re-scored by another reader) is one row, its copy named. "
+             "Sentences: the answers' median sentence count. Collapsed: of the questions whose "
+             "readings (the writer's input) gave two or more distinct answers, how many long "
+             "answers state at most one of them (an answer is stated when its normalized text "
+             "occurs in the normalized long answer).", "",
              "| run | program | LM | optimizer | writer demos (words) | median answer (words) "
-             "| n | references' median |", "|---|---|---|---|---|---:|---:|---:|"]
+             "| n | references' median | sentences | collapsed |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in m["runs"]:
         run = f"`{r['run']}`" + "".join(f" (= `{c}`)" for c in r["copies"])
+        mr = r["multi_reading"]
         lines.append(f"| {run} | {r['program']} | {r['lm']} | {r['writer']['optimizer']} "
                      f"| {_demo_cell(r['writer'])} | {_num(r['median_words'])} | {r['n']} "
-                     f"| {_num(r['references_median'])} |")
+                     f"| {_num(r['references_median'])} | {_num(r['median_sentences'])} "
+                     f"| {_share(mr['collapsed'], mr['questions'])} |")
     sp = m["spearman"]
     if sp["rho"] is not None:
         lines += ["", f"Rank correlation between the writer demos' median length and the "

@@ -26,13 +26,17 @@ def _artifact(path: Path, demos: list[dict[str, str]], name: str = "writer") -> 
 
 
 def _run(dir_: Path, program: str, answers: dict[str, str], sha: str | None = None,
-         data: str = "asqa:dev:3") -> None:
+         data: str = "asqa:dev:3", readings: dict[str, list[str]] | None = None) -> None:
+    """A run directory; ``readings`` gives a question's interpretations' answers (stored as
+    the repr the real rows hold)."""
     dir_.mkdir(parents=True)
     spec = {"program": program, "data": data, "lm": "fake"}
     if sha:
         spec["artifact_sha256"] = sha
     (dir_ / "run.json").write_text(json.dumps(spec), encoding="utf-8")
-    rows = [{"id": i, "prediction": {"answer": a}} for i, a in answers.items()]
+    rows = [{"id": i, "prediction": {"answer": a, "interpretations": repr(
+        [{"question": f"{i}?", "answer": x} for x in (readings or {}).get(i, [])])}}
+        for i, a in answers.items()]
     rows.append({"id": "broken", "prediction": {}, "error": "LM failed"})
     (dir_ / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n",
                                         encoding="utf-8")
@@ -62,7 +66,8 @@ def test_answer_length_against_writer_demos(benchmark_script, tmp_path):
     sha = _artifact(res / "compiled" / "diva-labeled.json", demos)
     # run.json names the artifact by an absolute path written on another checkout
     _run(res / "runs" / "diva-labeled", "/elsewhere/benchmarks/results/compiled/diva-labeled.json",
-         {"q1": "a b c", "q2": "a b c d e", "q3": "a " * 20}, sha=sha)
+         {"q1": "a b c", "q2": "a bee zed d e", "q3": "a " * 20}, sha=sha,
+         readings={"q1": ["bee", "zed"], "q2": ["Bee", "zed", "the zed"], "q3": ["x"]})
     _run(res / "runs" / "diva", "diva", {"q1": "w " * 100, "q2": "w " * 50})
     # the same answers re-scored elsewhere: one row, the copy named
     _run(res / "rescored" / "diva", "diva", {"q1": "w " * 100, "q2": "w " * 50})
@@ -79,6 +84,11 @@ def test_answer_length_against_writer_demos(benchmark_script, tmp_path):
     assert compiled["writer"]["words"] == [9, 15]
     assert (compiled["median_words"], compiled["n"], compiled["failed"]) == (5, 3, 1)
     assert compiled["references_median"] == 8  # medians 4, 15, 8 of the 3 answered questions
+    # two questions had two distinct reading answers (q2's three readings normalize to two):
+    # q1's answer states neither (collapsed), q2's both
+    assert compiled["multi_reading"] == {"questions": 2, "collapsed": 1, "answers_given": 4,
+                                         "answers_stated": 2}
+    assert compiled["median_sentences"] == 1
     assert zero["writer"]["status"] == "zero-shot" and zero["writer"]["words"] == []
     assert (zero["median_words"], zero["n"], zero["references_median"]) == (75, 2, 9.5)
     assert zero["copies"] == ["rescored/diva"]
@@ -88,9 +98,9 @@ def test_answer_length_against_writer_demos(benchmark_script, tmp_path):
     assert (second["sentences"], second["distinct_answers"], second["answers_stated"]) == (3, 2, 2)
 
     text = wl.render(m)
-    assert "| `runs/diva-labeled` | diva | fake | labeled | 9/15 | 5 | 3 | 8 |" in text
-    assert "| `runs/diva` (= `rescored/diva`) | diva | fake | zero-shot | none | 75 | 2 | 9.5 |" \
-        in text
+    assert "| `runs/diva-labeled` | diva | fake | labeled | 9/15 | 5 | 3 | 8 | 1 | 1/2 |" in text
+    assert ("| `runs/diva` (= `rescored/diva`) | diva | fake | zero-shot | none | 75 | 2 | 9.5 "
+            "| 1 | – |") in text
 
 
 def test_changed_or_missing_artifact_is_unknown(benchmark_script, tmp_path):
