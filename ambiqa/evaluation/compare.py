@@ -239,12 +239,15 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
                      *, metric: str | None = None, cost: str = "calls") -> Any:
     """The comparison as a :class:`ambiqa.evaluation.html.Document` (``compare.md`` and
     ``compare.html`` are its two renderings)."""
-    from ambiqa.evaluation.html import Bold, Bullets, Code, Document, Heading, Image, Para, Table
+    from ambiqa.evaluation.html import Bullets, Code, Document, Heading, Image, Para, Table
     from ambiqa.evaluation.stats import fmt_interval
 
     plots = plots or {}
     names = result["metrics"]
     doc = Document(f"Comparison on {result['dataset']}")
+    warnings = comparison_warnings(result)
+    if warnings:  # first, before any number they qualify
+        doc.add(Heading(2, "Warnings"), Bullets(warnings))
     cost_keys = list(COST_KEYS)
     headers = (["run", "n", "failed"] + list(names) + [f"{n} excl. failed" for n in names]
                + [COST_KEYS[k] for k in cost_keys])
@@ -323,12 +326,16 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
     doc.add(Table(["run", "program", "data", "n", "LM", "LM settings", "D-F1 reader", "index",
                    "index fingerprint", "artifact sha256", "run directory"], setup_rows,
                   "lllrlllllll"))
+    return doc
+
+
+def comparison_warnings(result: dict[str, Any]) -> list[Any]:
+    """What qualifies every number of the comparison (runs on different LMs, readers or
+    indexes; readers paired on purpose; an LM not recorded): shown at the top of compare.md
+    and compare.html, so the output of ``ambiqa compare`` starts with them too."""
+    from ambiqa.evaluation.html import Bold
+
     notes: list[Any] = []
-    unrecorded = [r["label"] for r in result["runs"]
-                  if not ((r.get("setup") or {}).get("lm") or r.get("lm"))]
-    if unrecorded:
-        notes.append(f"LM not recorded in run.json for {', '.join(unrecorded)} (runs started "
-                     "without --lm, before ambiqa recorded the default it used)")
     if result.get("reader_mismatch_allowed"):
         notes.append(Bold("Paired despite different D-F1 readers (--allow-reader-mismatch): "
                           "D-F1 and DR differences mix the method with the reader."))
@@ -338,9 +345,12 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
         if len(values) > 1:
             notes.append(Bold(f"The runs used different {what} ({', '.join(sorted(values))}): "
                               "differences mix the method with the setting."))
-    if notes:
-        doc.add(Bullets(notes))
-    return doc
+    unrecorded = [r["label"] for r in result["runs"]
+                  if not ((r.get("setup") or {}).get("lm") or r.get("lm"))]
+    if unrecorded:
+        notes.append(f"LM not recorded in run.json for {', '.join(unrecorded)} (runs started "
+                     "without --lm, before ambiqa recorded the default it used)")
+    return notes
 
 
 def _code_or(value: Any, missing: str) -> Any:

@@ -78,6 +78,25 @@ def is_uncompiled(manifest: dict | None, prompts: list[dict[str, Any]]) -> bool:
     return name in (None, "none") and not any(p["n_demos"] for p in prompts)
 
 
+def provenance(manifest: dict[str, Any]) -> list[str]:
+    """What the file says about how its prompts came to be, one bullet per fact it records:
+    nothing is printed as "None". A program's own ``.save()`` has no compile manifest and says
+    so; a program exported by name is the program as written."""
+    if manifest.get("source") == "prog.save":
+        return ["- a plain DSPy save (`prog.save`): no compile manifest, so the optimizer, "
+                "metric and LM are not recorded"]
+    optimizer = (manifest.get("optimizer") or {}).get("name")
+    metric, reader = manifest.get("metric"), manifest.get("reader")
+    if optimizer in (None, "none") and not metric:
+        return ["- not compiled: the program as written"]
+    lines = [f"- compiled with: {optimizer or 'an unrecorded optimizer'}"
+             + (f" against {metric}" if metric else "")
+             + (f" (reader: {reader})" if reader else "")]
+    lines += [f"- {label}: {manifest[key]}" for key, label in (("lm", "LM"), ("created", "created"))
+              if manifest.get(key)]
+    return lines
+
+
 def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None = None) -> str:
     if fmt == "jinja":
         return render_jinja(prompts, manifest)
@@ -95,10 +114,7 @@ def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None
     if is_uncompiled(manifest, prompts):
         lines += ["> uncompiled: zero-shot prompts (no demos, instructions as written)", ""]
     if manifest:
-        lines += [f"# Prompts of `{manifest.get('program')}`", "",
-                  f"- compiled with: {manifest.get('optimizer', {}).get('name')} "
-                  f"against {manifest.get('metric')} (reader: {manifest.get('reader')})",
-                  f"- LM: {manifest.get('lm')}", f"- created: {manifest.get('created')}", ""]
+        lines += [f"# Prompts of `{manifest.get('program')}`", "", *provenance(manifest), ""]
     for p in prompts:
         shown = (f"; each call shows the {p['knn_k']} nearest to its input"
                  if p.get("knn_k") else "")
