@@ -140,8 +140,10 @@ class EvaluateSettings:
         from ambiqa.checks import check_int
 
         check_int("threads", self.threads, 1)
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < float("inf"):
+            # not "<= 0": nan passes that test and inf overflows the timer (issue 42)
+            raise ConfigError(f"timeout_s must be a finite number of seconds above 0, "
+                              f"got {self.timeout_s}")
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError(f"max_error_rate must be within [0, 1], got {self.max_error_rate}")
         if self.resume and self.out is None:
@@ -167,6 +169,16 @@ class EvaluateResult:
         return int(self.summary["n"])
 
 
+def _check_not_empty(examples: list[Any], label: str | None) -> None:
+    """Refuse data with no example: scoring nothing gave metrics ``nan`` and exit 0, a
+    result that looks like one (issue 42)."""
+    if not examples:
+        from ambiqa.errors import DataError
+
+        raise DataError(f"{label or 'the data'} holds no examples: nothing to evaluate",
+                        hint="check the file (one JSON object per line) or the :N in the spec")
+
+
 def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *,
              lm: Any = None, retriever: Any = None, make_lm: Callable[[], Any] | None = None,
              **overrides: Any) -> EvaluateResult:
@@ -186,12 +198,14 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     cfg.check()
     check_target(target)
     examples, spec_text = load_data(data)
+    _check_not_empty(examples, spec_text)
     extra = dict(cfg.extra)
     if cfg.part:
         from ambiqa.evaluation.merge import part_of
 
         examples, part = part_of(examples, cfg.part)
         extra.update(part)
+        _check_not_empty(examples, f"{spec_text or 'the data'}, part {cfg.part},")
     names = metric_names(cfg.metrics, examples)
     label = _target_label(target)
     artifact_sha = None

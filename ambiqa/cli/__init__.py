@@ -6,7 +6,8 @@ module only assembles them and maps errors to exit codes.
 
 User errors (bad names, missing files, invalid artifacts) print one clear message and exit
 with status 2; there is no traceback unless ``AMBIQA_DEBUG=1``. Anything else is a bug and
-keeps its traceback.
+keeps its traceback. Every one of these texts is redacted first (URL passwords, API keys an
+endpoint echoed: :func:`ambiqa.lm.redact.redact`), the tracebacks too.
 """
 
 from __future__ import annotations
@@ -39,12 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # after parsing: --help stays instant (the LM package imports DSPy)
+    from ambiqa.lm.redact import install_excepthook, redact
+
+    install_excepthook()  # a bug's traceback is printed redacted, too
     try:
         return int(args.fn(args) or 0)
     except AmbiqaError as exc:
         if os.environ.get("AMBIQA_DEBUG") == "1":
-            raise
-        print(f"ambiqa: error: {exc}", file=sys.stderr)
+            raise  # printed by the redacting hook installed above
+        print(f"ambiqa: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("ambiqa: interrupted; finished work is kept (rerun with --resume where offered)",

@@ -19,10 +19,12 @@ def make_console():
 
 
 def lm_from_args(args: argparse.Namespace) -> Any:
-    from ambiqa.lm import configure, make_lm
+    from ambiqa.lm import check_reachable, configure, make_lm
 
     lm = make_lm(args.lm, api_base=args.api_base, api_key_env=args.api_key_env,
                  max_tokens=args.max_tokens, threads=args.lm_threads, cache=not args.no_cache)
+    # a cache must never answer for a dead endpoint: probe it before any question (issue 42)
+    check_reachable(lm)
     return configure(lm)
 
 
@@ -118,6 +120,26 @@ def at_least(minimum: int):
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type`` for a number of seconds: finite and above 0. ``nan`` and ``inf``
+    parse as floats and passed every ``<= 0`` check (``inf`` then overflowed a timer, ``nan``
+    disabled the deadline: issue 42), so they are refused here with one line."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") \
+            from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, "
+                                         f"got {text!r}")
+    return value
+
+
+positive_seconds.__name__ = "seconds"
 
 
 def add_lm_args(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from ambiqa.cli.common import (
     add_lm_args,
     lm_from_args,
     make_console,
+    positive_seconds,
     program_config,
 )
 from ambiqa.errors import ConfigError
@@ -76,6 +77,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   f"errors={summary['n_errors']} (reader: {spec.reader})")
     _print_metrics(console, summary)
     console.print(f"  cost/question: {summary['cost']}")
+    cached = summary.get("cached") or {}
+    if cached.get("examples"):
+        from ambiqa.evaluation.report import cached_line
+
+        console.print(f"  {cached_line(cached, summary['n'])}")
     console.print(f"  report: {Path(args.out) / 'report.md'}")
     if summary["n"] and summary["n_errors"] == summary["n"]:
         # nothing was answered (a dead endpoint, say): not a result, whatever the means say
@@ -158,7 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="questions answered at once (default 1; 2 uses the embedded LM's 2 "
                         "slots)")
-    p.add_argument("--timeout-s", type=float, default=None,
+    p.add_argument("--timeout-s", type=positive_seconds, default=None,
                    help="per-example deadline in seconds; a late example is recorded as "
                         "failed (default: none)")
     p.add_argument("--max-error-rate", type=float, default=0.5,

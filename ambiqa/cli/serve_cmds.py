@@ -13,7 +13,7 @@ import argparse
 import os
 from typing import Any
 
-from ambiqa.cli.common import add_index_args, add_lm_args
+from ambiqa.cli.common import add_index_args, add_lm_args, positive_seconds
 from ambiqa.errors import AmbiqaError, ConfigError
 
 
@@ -24,6 +24,9 @@ def _token(args: argparse.Namespace) -> str | None:
     if not value.strip():
         raise ConfigError(f"--token-env {args.token_env}: that environment variable is not set",
                           hint=f"export {args.token_env}=<a long random string>")
+    from ambiqa.lm.redact import register_secret
+
+    register_secret(value.strip())  # never echoed in a log or an error body
     return value.strip()
 
 
@@ -93,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "endpoint)")
     p.add_argument("--queue", type=int, default=16,
                    help="requests that may wait for a free slot; more get 503 (default 16)")
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--timeout", type=positive_seconds, default=120.0,
                    help="seconds per request, queueing included; later is 504 (default 120)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],

@@ -39,6 +39,7 @@ from ambiqa.evaluation.runner import (
 )
 from ambiqa.evaluation.stats import PER_QUESTION_NAME, SET_LEVEL, fmt_interval, part_arrays
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
+from ambiqa.lm.redact import redact
 
 #: cost columns of a report, in order: key in a row's ``cost`` -> label
 COST_KEYS: dict[str, str] = {
@@ -130,7 +131,9 @@ def run_summary(rows: list[dict[str, Any]], spec: RunSpec | None,
         "examples_with_events": sum(1 for r in with_cost if r["cost"].get("events")),
         "events": sum(len(r["cost"].get("events") or []) for r in with_cost),
     }
-    base["errors"] = [{"id": r["id"], "error": r["error"]} for r in rows if r.get("error")][:100]
+    # redacted again: rows written before issue 42 may hold a key an endpoint echoed
+    base["errors"] = [{"id": r["id"], "error": redact(str(r["error"]))}
+                      for r in rows if r.get("error")][:100]
     if spec is not None:
         base["reader"] = spec.reader
         base["judge"] = spec.judge
@@ -412,6 +415,14 @@ def _facts(run: dict[str, Any], uses_reader: bool) -> list[Any]:
             if value is not None and value != ""]
 
 
+def cached_line(cached: dict[str, Any], n: int) -> str:
+    """The one line a report and ``evaluate`` print when answers came from the response
+    cache: those LM calls were not made now, so they say nothing of the LM's state."""
+    return (f"from the response cache: {cached.get('calls', 0)} LM call(s) in "
+            f"{cached.get('examples', 0)} of {n} examples (replies stored by an earlier run "
+            "with the same LM, endpoint and prompt; --no-cache asks the LM anew)")
+
+
 def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str],
                  worst: list[dict[str, Any]] | None = None,
                  worst_metric: str | None = None) -> Any:
@@ -424,6 +435,9 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
     uses_reader = any(k in (run.get("metrics") or []) for k in ("d-f1", "dr"))
     facts = _facts(run, uses_reader)
     facts.append(f"examples: {summary['n']} ({summary['n_errors']} failed)")
+    cached = summary.get("cached") or {}
+    if cached.get("examples"):
+        facts.append(cached_line(cached, summary["n"]))
     if uses_reader:
         facts.append("D-F1 and DR depend on the reader named above; with a stand-in reader "
                      "they are not comparable to published numbers (the ASQA scorer uses a "

@@ -310,6 +310,9 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
 def summarize(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any]:
     """Per-metric headline with a 95% BCa bootstrap interval, and cost per question.
 
+    ``cached`` counts the examples with an LM call answered by the response cache and those
+    calls (each row's ``cost.cached_calls``).
+
     Every row counts: a failed example scores 0 in the headline ``mean`` (and its interval);
     ``mean_excl_failed`` over the examples that did not fail sits beside it. Set-level metrics
     (DR) are computed from the set means of their parts, as the ASQA scorer does
@@ -328,6 +331,9 @@ def summarize(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, 
                 "critical_path_s"):
         vals = [r["cost"].get(key, 0) for r in rows if r.get("cost")]
         out["cost"][key] = sum(vals) / len(vals) if vals else 0.0
+    # answers built from the response cache: the LM was not asked for them (issue 42)
+    cached = [int((r.get("cost") or {}).get("cached_calls", 0) or 0) for r in rows]
+    out["cached"] = {"examples": sum(1 for c in cached if c), "calls": sum(cached)}
     return out
 
 

@@ -42,6 +42,7 @@ from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.factory import (
     EMBEDDED_POLICY,
     ENDPOINT_POLICY,
+    check_reachable,
     configure,
     embedded_lm,
     endpoint_lm,
@@ -64,4 +65,4 @@ __all__ = ["make_lm", "configure", "embedded_lm", "endpoint_lm", "lm_id", "trace
            "DEFAULT_MODEL", "FAST_MODEL", "DEFAULT_SLOTS", "PROMPT_CACHE_TOKENS", "PREFIX_CHARS",
            "prompt_cache_mib", "prefix_key", "computed_prompt_tokens", "XLlamaEngine",
            "EndpointEngine", "ResilientEngine", "RetryPolicy", "EMBEDDED_POLICY",
-           "ENDPOINT_POLICY", "cache_root"]
+           "ENDPOINT_POLICY", "cache_root", "check_reachable"]

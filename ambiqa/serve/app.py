@@ -43,6 +43,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from ambiqa.errors import AmbiqaError, ConfigError
+from ambiqa.lm.redact import redact
 from ambiqa.programs.base import MAX_QUESTION_CHARS, check_question
 from ambiqa.serve.admission import Admission, DeadlineExceeded, QueueFull
 from ambiqa.serve.evidence import answer_payload
@@ -86,6 +87,9 @@ class AnswerResponse(BaseModel):
     passages: list[dict[str, Any]]
     trace: dict[str, Any] = Field(description="cost trace: LM calls, tokens, retriever calls, "
                                               "seconds (see ambiqa.tracing)")
+    cached: bool = Field(description="some LM calls of this answer came from the response "
+                                     "cache (trace.cached_calls says how many): the LM was "
+                                     "not asked for them")
 
 
 class ErrorBody(BaseModel):
@@ -106,7 +110,9 @@ def check_bind(host: str, token: str | None) -> None:
 
 
 def _err(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    """An error response. The detail is redacted here, the one exit of every error body: an
+    endpoint may echo its API key in the error a 502 repeats (issue 42)."""
+    return JSONResponse({"detail": redact(detail)}, status_code=status, headers=headers)
 
 
 class _HTTPError(Exception):
@@ -345,6 +351,7 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
             log.exception("answer failed")
             return _err(500, f"internal error ({type(exc).__name__}); see the server log")
         payload = answer_payload(pred)
+        payload["cached"] = bool((payload.get("trace") or {}).get("cached_calls"))
         if not payload["answer"].strip():
             events = payload["trace"].get("events") or []
             unavailable = any("LM unavailable" in e for e in events)

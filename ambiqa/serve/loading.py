@@ -75,12 +75,14 @@ def load_served(artifact: str | Path, *, lm_spec: str | None = None,
                 concurrency: int | None = None) -> ServedProgram:
     """Build the LM, open the index and load the artifact (what ``ambiqa ask`` does), without
     making the LM DSPy's global default: the app passes it to each request's context."""
-    from ambiqa.lm import make_lm
+    from ambiqa.lm import check_reachable, make_lm
     from ambiqa.optimizers.artifact import load_artifact
     from ambiqa.retrieval.factory import describe, open_retriever
 
     lm = make_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens,
                  threads=lm_threads, cache=cache)
+    # never "ready" in front of a dead endpoint whose answers the cache would fake (issue 42)
+    check_reachable(lm)
     retriever = None
     if index:
         retriever = open_retriever(index, root=Path(index_root) if index_root else None)
