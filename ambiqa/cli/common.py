@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.jsonio import MAX_DEPTH, depth_ok
 
 
 def make_console():
@@ -44,6 +45,8 @@ def program_config(args: argparse.Namespace) -> dict[str, Any]:
     raw = getattr(args, "program_config", None)
     if not raw:
         return {}
+    if not depth_ok(raw):  # the recursive parser would end in a RecursionError traceback
+        raise ConfigError(f"--program-config nests deeper than {MAX_DEPTH} levels")
     try:
         cfg = json.loads(raw)
     except json.JSONDecodeError as exc:

@@ -3,20 +3,22 @@
 Every loader in :mod:`ambiqa.data` reads through these helpers so that a broken file always
 fails the same way: a :class:`~ambiqa.errors.DataError` naming the file, the line (JSON Lines)
 or record number (a JSON array or mapping), and the field at fault. Files ending in ``.gz`` are
-decompressed on the fly, because full-size releases often ship compressed.
+decompressed on the fly, because full-size releases often ship compressed. Parsing goes through
+the one guarded reader (:func:`ambiqa.jsonio.loads`): a line or file nested deeper than
+:data:`ambiqa.jsonio.MAX_DEPTH` is a DataError, not a RecursionError traceback.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import DataError
+from ambiqa.jsonio import loads
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,7 @@ def iter_jsonl(path: Path, *, start: int = 1) -> Iterator[tuple[Where, dict[str,
                 if not line.strip():
                     continue
                 where = Where(path, f"line {lineno}")
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise where.error(f"invalid JSON ({exc.msg} at column {exc.colno})") from exc
+                obj = loads(line, source=f"{path}, line {lineno}")
                 if not isinstance(obj, dict):
                     raise where.error(f"expected a JSON object, got {type(obj).__name__}")
                 yield where, obj
@@ -83,11 +82,7 @@ def read_json(path: Path) -> Any:
             raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
         except (OSError, EOFError) as exc:
             raise DataError(f"{path}: read failed: {exc}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}, line {exc.lineno}: invalid JSON ({exc.msg} at column "
-                        f"{exc.colno})") from exc
+    return loads(text, source=str(path))
 
 
 Unwrap = Callable[[Any, Path], Any]
@@ -132,7 +127,8 @@ def iter_records(path: Path, unwrap: Unwrap | None = None
 
 def _looks_like_jsonl(path: Path, exc: DataError) -> bool:
     """A JSON parse that fails with 'Extra data' on line 2+ is a JSON Lines file."""
-    return "Extra data" in exc.message and ", line 1:" not in exc.message
+    return ("Extra data" in exc.message and ", line " in exc.message
+            and ", line 1:" not in exc.message)
 
 
 # ---------------------------------------------------------------------------------------------

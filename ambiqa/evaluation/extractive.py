@@ -22,7 +22,6 @@ Three pieces live here because training and reading must agree on them exactly:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ModelError
+from ambiqa.jsonio import read_json
 from ambiqa.paths import cache_root
 from ambiqa.text import PUNCTUATION as _PUNCT  # one SQuAD fold for scoring and labels
 from ambiqa.text import squad_word as _norm_word
@@ -285,9 +285,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise ModelError(f"{path} has no {MANIFEST_NAME} (training unfinished or not an "
                          f"ambiqa reader)", hint=_rebuild_hint(path))
     try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"corrupt reader manifest {mpath}: {exc}",
+        manifest = read_json(mpath, error=ModelError, what="reader manifest")
+    except ModelError as exc:
+        raise ModelError(f"corrupt reader manifest: {exc.message}",
                          hint=_rebuild_hint(path)) from exc
     fmt = manifest.get("format") if isinstance(manifest, dict) else None
     if fmt != MANIFEST_FORMAT:

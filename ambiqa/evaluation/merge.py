@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
-from ambiqa.evaluation.run_dir import ResultsFile, ensure_writable_dir, write_error
+from ambiqa.evaluation.run_dir import (
+    ResultsFile,
+    ensure_writable_dir,
+    read_run_json,
+    write_error,
+)
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
 __all__ = ["PART_KEYS", "PartSpec", "merge_runs", "parse_part", "part_bounds", "part_of",
@@ -109,11 +114,8 @@ def _read_part(path: Path) -> _Part:
     if not path.is_dir() or not meta_path.is_file():
         raise ConfigError(f"{path} is not a run directory (no run.json)",
                           hint="pass directories written by `ambiqa evaluate --part I/N`")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{meta_path} is unreadable ({exc}); refusing to merge") from exc
-    if not isinstance(meta, dict) or "part" not in meta:
+    meta = read_run_json(meta_path, "refusing to merge")
+    if "part" not in meta:
         raise ConfigError(f"{path} was not run with --part (its run.json has no 'part')",
                           hint="merge only runs made with `ambiqa evaluate --part I/N`")
     part = parse_part(str(meta["part"]))

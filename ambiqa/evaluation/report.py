@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.evaluation.run_dir import read_run_json
 from ambiqa.evaluation.runner import (
     ResultsFile,
     RunSpec,
@@ -93,14 +94,11 @@ def load_run(path: str | Path) -> Run:
                           hint="pass a directory written by `ambiqa evaluate --out`")
     spec_data: dict[str, Any] = {}
     if meta.is_file():
-        try:
-            spec_data = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as exc:  # issue 33: a deep file, too
-            raise ArtifactError(f"{meta} is unreadable: {str(exc)[:160]}") from exc
+        spec_data = read_run_json(meta, "cannot render this run")
     elif (path / "summary.json").is_file():
-        try:
-            spec_data = json.loads((path / "summary.json").read_text("utf-8")).get("run", {})
-        except (OSError, ValueError, RecursionError, AttributeError):
+        try:  # a run without run.json (very old): its summary's copy, if readable
+            spec_data = read_run_json(path / "summary.json", "").get("run", {})
+        except ArtifactError:
             spec_data = {}
     spec = RunSpec.from_dict(spec_data if isinstance(spec_data, dict) else {})
     return Run(path, spec, ResultsFile(results).read())

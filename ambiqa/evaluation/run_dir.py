@@ -23,6 +23,7 @@ from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json
+from ambiqa.jsonio import depth_ok, read_json
 
 
 @dataclass
@@ -158,34 +159,31 @@ MAX_ROW_DEPTH = 64
 
 
 def json_depth_ok(raw: bytes | str, limit: int) -> bool:
-    """Whether ``raw`` JSON nests at most ``limit`` deep (counted on the text, before
-    parsing, so a 100,000-deep document never reaches the recursive parser)."""
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    depth, in_str, escape = 0, False, False
-    for ch in text:
-        if in_str:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return False
-        elif ch in "]}":
-            depth -= 1
-    return True
+    """Whether ``raw`` JSON nests at most ``limit`` deep (:func:`ambiqa.jsonio.depth_ok`,
+    kept under this name for callers of older versions)."""
+    return depth_ok(raw, limit)
+
+
+def read_run_json(path: Path, consequence: str, *, hint: str | None = None) -> dict[str, Any]:
+    """A run's ``run.json`` (or ``summary.json``) through the guarded reader
+    (:func:`ambiqa.jsonio.read_json`): too big, too deep, not JSON or not an object is an
+    :class:`ArtifactError` saying what is refused (``consequence``)."""
+    try:
+        data = read_json(path, error=ArtifactError, max_depth=MAX_ROW_DEPTH, what="run file")
+    except ArtifactError as exc:
+        raise ArtifactError(f"unreadable run file: {exc.message}; {consequence}",
+                            hint=hint) from exc
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: a JSON object was expected, got {type(data).__name__}; "
+                            f"{consequence}", hint=hint)
+    return data
 
 
 def check_row(raw: bytes | str) -> dict[str, Any]:
     """One ``results.jsonl`` line parsed and checked: an object with an ``id``, ``metrics``
     an object of numbers, ``error`` a string or null, ``cost`` an object. Raises
     :class:`ArtifactError` with what is wrong (the caller adds the line number)."""
-    if not json_depth_ok(raw, MAX_ROW_DEPTH):
+    if not depth_ok(raw, MAX_ROW_DEPTH):
         raise ArtifactError(f"the row nests deeper than {MAX_ROW_DEPTH} levels")
     try:
         row = json.loads(raw)
@@ -396,16 +394,7 @@ def check_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool,
                               "mix results with a run of unknown origin",
                               hint="choose another --out")
         return None
-    try:
-        text = meta.read_text(encoding="utf-8")
-        if not json_depth_ok(text, MAX_ROW_DEPTH):
-            raise ValueError(f"nested deeper than {MAX_ROW_DEPTH} levels")
-        old = json.loads(text)
-        if not isinstance(old, dict):
-            raise ValueError(f"a JSON object was expected, got {type(old).__name__}")
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ArtifactError(f"{meta} is unreadable ({str(exc)[:120]}); refusing to touch this "
-                            "run", hint="choose another --out") from exc
+    old = read_run_json(meta, "refusing to touch this run", hint="choose another --out")
     if not resume:
         raise ConfigError(f"{out_dir} already holds a run",
                           hint="pass --resume to continue it, or choose another --out")

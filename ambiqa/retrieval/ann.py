@@ -40,6 +40,7 @@ import numpy as np
 
 from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write
+from ambiqa.jsonio import read_json
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class HNSWIndex:
         if not path.is_file() or not meta_path.is_file():
             return None
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = read_json(meta_path, error=RetrievalIndexError, hint="rebuild the dense index")
             index = faiss.deserialize_index(np.fromfile(path, dtype=np.uint8))
         except (OSError, ValueError, RuntimeError) as exc:
             raise RetrievalIndexError(f"cannot read the HNSW index {path}: {exc}",

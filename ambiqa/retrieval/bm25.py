@@ -96,10 +96,10 @@ class BM25Retriever(SharedResource):
         try:
             model = bm25s.BM25.load(str(index_dir / BM25_DIR), allow_pickle=False, mmap=False,
                                     show_progress=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise RetrievalIndexError(f"cannot read the BM25 index under {index_dir}: {exc}",
                               hint="rebuild the index") from exc
-        passages = read_passages(index_dir / PASSAGES)
+        passages = read_passages(index_dir / PASSAGES, "bm25")
         retriever = cls(model, passages)
         n_docs = int(model.scores.get("num_docs", len(passages)))
         if n_docs != len(passages) or manifest.get("fingerprint") not in (

@@ -23,14 +23,15 @@ without touching the disk; it is guarded by a lock.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ambiqa.errors import AmbiqaError
 from ambiqa.fsutil import atomic_write_json
+from ambiqa.jsonio import read_json
 from ambiqa.retrieval.base import check_query
 from ambiqa.types import Passage, SharedResource
 
@@ -101,13 +102,13 @@ class RetrievalCache:
     @staticmethod
     def _read(path: Path, fingerprint: str, query: str, k: int) -> list[Passage] | None:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path)
             if (data.get("format") != FORMAT or data.get("fingerprint") != fingerprint
                     or data.get("query") != query or data.get("k") != k):
                 return None  # a hash collision or a foreign file: treat as a miss
             return [Passage(str(i), str(t), str(x), float(s)) for i, t, x, s in data["passages"]]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
+        except (AmbiqaError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # a damaged cache entry (too deep, not JSON) is a miss, not an error
 
 
 class CachedRetriever(SharedResource):

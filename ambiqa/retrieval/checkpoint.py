@@ -39,6 +39,7 @@ from typing import Any
 
 from ambiqa.errors import ModelError
 from ambiqa.fsutil import atomic_write_json, sha256_file
+from ambiqa.jsonio import read_json
 
 log = logging.getLogger(__name__)
 
@@ -220,11 +221,11 @@ def checkpoint_info(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = validate_checkpoint(path)
     info: dict[str, Any] = {}
     if (p / INFO_FILE).is_file():
-        try:
-            info = json.loads((p / INFO_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"unreadable {p / INFO_FILE}: {exc}",
-                             hint=f"delete {p} and let ambiqa rebuild it") from exc
+        info = read_json(p / INFO_FILE, error=ModelError,
+                         hint=f"delete {p} and let ambiqa rebuild it")
+        if not isinstance(info, dict):
+            raise ModelError(f"{p / INFO_FILE} is not a JSON object",
+                             hint=f"delete {p} and let ambiqa rebuild it")
     info.setdefault("kind", "trained")
     info.setdefault("name", p.name)
     if "weights_sha256" not in info:

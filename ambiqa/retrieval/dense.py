@@ -35,6 +35,7 @@ import numpy as np
 
 from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write
+from ambiqa.jsonio import loads, read_json
 from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
 from ambiqa.retrieval.encoder import SharedEncoder, get_encoder
 from ambiqa.retrieval.integrity import rebuild_command, verify_files
@@ -57,18 +58,28 @@ def write_passages(path: Path, passages: Iterable[Passage]) -> None:
     atomic_write(path, _write)
 
 
-def read_passages(path: Path) -> list[Passage]:
+def read_passages(path: Path, kind: str = "dense") -> list[Passage]:
+    """The passages of an index, one guarded JSON line each (:func:`ambiqa.jsonio.loads`).
+
+    Read as bytes and decoded line by line, so a damaged file -- invalid UTF-8 in a legacy
+    index that no hash check covered, a 10,000-deep line -- is a one-line
+    :class:`RetrievalIndexError` naming the line and the rebuild command, not a traceback."""
+    fix = f"rebuild the index: {rebuild_command(kind, Path(path).parent.name)}"
     out: list[Passage] = []
-    with open(path, encoding="utf-8") as fh:
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise RetrievalIndexError(f"cannot read {path}: {exc.strerror or exc}", hint=fix) from exc
+    with fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
+            d = loads(line, source=f"{path}, line {n}", error=RetrievalIndexError, hint=fix)
             try:
-                d = json.loads(line)
                 out.append(Passage(str(d["id"]), str(d.get("title", "")), str(d["text"])))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise RetrievalIndexError(f"{path}:{n}: not a passage record ({exc})",
-                                  hint="rebuild the index") from exc
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise RetrievalIndexError(f"{path}, line {n}: not a passage record ({exc})",
+                                          hint=fix) from exc
     return out
 
 
@@ -87,12 +98,9 @@ def read_manifest(index_dir: Path, kind: str) -> dict[str, Any]:
     if not path.is_file():
         raise RetrievalIndexError(f"no {kind} index at {index_dir} (manifest.json missing)",
                           hint=f"build it first: `{rebuild_command(kind, Path(index_dir).name)}`")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise RetrievalIndexError(f"{path} is not valid JSON: {str(exc)[:120]}",
-                                  hint=f"rebuild the index: "
-                                       f"{rebuild_command(kind, Path(index_dir).name)}") from exc
+    manifest = read_json(path, error=RetrievalIndexError,
+                         what="index manifest", hint=f"rebuild the index: "
+                         f"{rebuild_command(kind, Path(index_dir).name)}")
     if not isinstance(manifest, dict) or manifest.get("kind") != kind:
         found = manifest.get("kind") if isinstance(manifest, dict) else None
         raise RetrievalIndexError(f"{index_dir} holds a {found!r} index, not {kind!r}")

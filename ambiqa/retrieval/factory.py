@@ -14,7 +14,6 @@ passages`` or a ``dspy.Retrieve`` -- into the retriever protocol programs use.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 from ambiqa.data.corpus import stable_id
 from ambiqa.errors import ConfigError, RetrievalIndexError
+from ambiqa.jsonio import read_json
 from ambiqa.paths import index_root
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.types import Passage, SharedResource
@@ -85,24 +85,22 @@ def index_kind(name: str, root: Path | None = None) -> str:
     index_dir = root / name
     plain = index_dir / "manifest.json"
     if plain.is_file():
-        try:
-            kind = json.loads(plain.read_text(encoding="utf-8")).get("kind")
-        except (OSError, ValueError, AttributeError) as exc:
-            raise RetrievalIndexError(f"cannot read {plain}: {exc}",
-                                      hint=f"rebuild it: ambiqa index CORPUS --name {name}"
-                                      ) from exc
+        data = read_json(plain, error=RetrievalIndexError, what="index manifest",
+                         hint=f"rebuild it: ambiqa index CORPUS --name {name}")
+        kind = data.get("kind") if isinstance(data, dict) else None
         if kind in KINDS:
             return str(kind)
         raise RetrievalIndexError(f"{plain} names an unknown index kind {kind!r}",
                                   hint=f"rebuild it: ambiqa index CORPUS --name {name}")
     shards = shards_file(root, name)
     if not index_dir.exists() and shards.is_file():  # a shard set lists its kind
-        try:
-            return str(json.loads(shards.read_text(encoding="utf-8")).get("kind", "colbert"))
-        except (OSError, ValueError, AttributeError) as exc:
-            raise RetrievalIndexError(f"cannot read the shard list {shards}: {exc}",
+        data = read_json(shards, error=RetrievalIndexError, what="shard list",
+                         hint=f"rebuild: ambiqa index CORPUS --name {name} --shards N")
+        if not isinstance(data, dict):
+            raise RetrievalIndexError(f"the shard list {shards} is not a JSON object",
                                       hint=f"rebuild: ambiqa index CORPUS --name {name} "
-                                           "--shards N") from exc
+                                           "--shards N")
+        return str(data.get("kind", "colbert"))
     if (index_dir / COLBERT_MANIFEST).is_file():
         return "colbert"
     if index_dir.is_dir():  # a ColBERT build that never wrote its manifest says so on load

@@ -33,7 +33,6 @@ shards' own calls run in pool threads, outside the caller's trace).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import threading
 import time
@@ -45,6 +44,7 @@ from typing import Any
 from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write_json
+from ambiqa.jsonio import read_json
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.colbert.manifest import iter_corpus
 from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
@@ -190,11 +190,12 @@ class ShardedRetriever(SharedResource):
         """Open the shard set ``name`` (its kind is read from ``NAME.shards.json``; ``kind``,
         when given, must match it)."""
         path = shards_file(index_root, name)
+        fix = f"rebuild: ambiqa index CORPUS --name {name} --shards N"
+        spec = read_json(path, error=RetrievalIndexError, what="shard list", hint=fix)
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
             names = [str(n) for n in spec["shards"]]
             stored = str(spec.get("kind", "colbert"))  # sets written before kinds: ColBERT
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RetrievalIndexError(f"cannot read the shard list {path}: {exc}",
                               hint=f"rebuild: ambiqa index CORPUS --name {name} --shards N"
                               ) from exc

@@ -1,7 +1,9 @@
 """Index integrity (issue 33 item 5): every index kind records the size and sha256 of its
-files in its manifest and checks them on open, cached by mtime, with the rebuild command in
-the error. Before, a BM25 index whose arrays were scrambled at the same size answered wrongly
-with exit 0 (the fingerprint covers the passages, not the index files)."""
+files in its manifest and checks them on open, with the rebuild command in the error. Before,
+a BM25 index whose arrays were scrambled at the same size answered wrongly with exit 0 (the
+fingerprint covers the passages, not the index files). Issue 42: a file scrambled with its
+mtime put back passed the mtime-keyed cache, and a manifest without ``files`` was accepted;
+small indexes are now hashed on every open, large ones cache by size, mtime, ctime and inode."""
 
 from __future__ import annotations
 
@@ -85,10 +87,48 @@ def test_truncated_or_missing_index_file_is_refused(tmp_path):
         BM25Retriever.load(index_dir)
 
 
-def test_hashes_are_cached_by_mtime(tmp_path, monkeypatch):
+def _scramble_keeping_mtime(path: Path) -> None:
+    """Scramble ``path`` at the same size, then put its access and modification times back
+    (``touch -r``): only a hash, or the ctime the kernel moved, can tell."""
+    st = path.stat()
+    _scramble_npy(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+def _largest_array(index_dir: Path) -> Path:
+    return max((index_dir / "bm25s").glob("*.npy"), key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["small-index", "large-index-cache"])
+def test_scramble_with_mtime_restored_is_refused(tmp_path, monkeypatch, record_property,
+                                                 cached):
+    """Opened once (a verdict cached), then scrambled with the mtime put back: refused, for a
+    small index (hashed on every open) and for a large one (the cache is keyed by ctime and
+    inode too)."""
     from ambiqa.retrieval import integrity
     from ambiqa.retrieval.bm25 import BM25Retriever
 
+    if cached:
+        monkeypatch.setattr(integrity, "ALWAYS_HASH_BYTES", 0)
+    index_dir = _bm25(tmp_path)
+    BM25Retriever.load(index_dir)
+    assert (index_dir / ".verified.json").exists() == cached
+    target = _largest_array(index_dir)
+    _scramble_keeping_mtime(target)
+    with pytest.raises(RetrievalIndexError, match=f"{target.name} .*damaged") as err:
+        BM25Retriever.load(index_dir)
+    assert "ambiqa index CORPUS --name tiny --kind bm25" in str(err.value)
+    record_property("cases", 1)
+
+
+def test_large_index_hashes_are_cached(tmp_path, monkeypatch):
+    """Above ALWAYS_HASH_BYTES a file hashed before is not hashed again while its size,
+    mtime, ctime and inode stay; a touched file is."""
+    from ambiqa.retrieval import integrity
+    from ambiqa.retrieval.bm25 import BM25Retriever
+
+    monkeypatch.setattr(integrity, "ALWAYS_HASH_BYTES", 0)
     index_dir = _bm25(tmp_path)
     calls: list[str] = []
     real = integrity.sha256_file
@@ -102,7 +142,7 @@ def test_hashes_are_cached_by_mtime(tmp_path, monkeypatch):
     first = len(calls)
     assert first >= 2                                     # every file hashed once
     BM25Retriever.load(index_dir)
-    assert len(calls) == first                            # same size and mtime: not again
+    assert len(calls) == first                            # nothing changed: not again
     passages = index_dir / "passages.jsonl"
     st = passages.stat()
     os.utime(passages, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
@@ -110,15 +150,72 @@ def test_hashes_are_cached_by_mtime(tmp_path, monkeypatch):
     assert calls[first:] == ["passages.jsonl"]            # only the touched file
 
 
-def test_index_without_file_records_still_opens(tmp_path):
-    """An index built before the check has no ``files``: accepted as it always was."""
+def test_small_index_is_hashed_on_every_open(tmp_path, monkeypatch):
+    from ambiqa.retrieval import integrity
     from ambiqa.retrieval.bm25 import BM25Retriever
 
+    index_dir = _bm25(tmp_path)
+    calls: list[str] = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file", lambda p: calls.append(p) or real(p))
+    BM25Retriever.load(index_dir)
+    first = len(calls)
+    BM25Retriever.load(index_dir)
+    assert first >= 2 and len(calls) == 2 * first
+
+
+@pytest.mark.parametrize("kind", ["bm25", "dense"])
+def test_index_without_file_records_is_refused(tmp_path, kind, record_property):
+    """An index whose manifest lists no files cannot be checked: refused with the command
+    that rebuilds it (it was accepted, so a damaged legacy index answered with exit 0)."""
+    from ambiqa.retrieval.bm25 import BM25Retriever
+    from ambiqa.retrieval.dense import DenseRetriever
+    from ambiqa.testing import SeededEncoder
+
+    index_dir = tmp_path / "indexes" / "tiny"
+    if kind == "bm25":
+        BM25Retriever.build(small_passages(), index_dir)
+        load = lambda: BM25Retriever.load(index_dir)  # noqa: E731
+    else:
+        DenseRetriever.build(small_passages(), index_dir, encoder=SeededEncoder())
+        load = lambda: DenseRetriever.load(index_dir, encoder=SeededEncoder())  # noqa: E731
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    del manifest["files"]
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RetrievalIndexError, match="records no file hashes") as err:
+        load()
+    assert f"ambiqa index CORPUS --name tiny --kind {kind}" in str(err.value)
+    record_property("cases", 1)
+
+
+def test_cli_refuses_an_index_without_file_records(tmp_path):
     index_dir = _bm25(tmp_path)
     manifest = json.loads((index_dir / "manifest.json").read_text())
     del manifest["files"]
     (index_dir / "manifest.json").write_text(json.dumps(manifest))
-    assert BM25Retriever.load(index_dir).search("Weasley", 2)
+    res = run_cli(["ask", "Who played Ron Weasley?", "--program", "vanilla_rag", "--index",
+                   "bm25:tiny", "--index-root", str(index_dir.parent), "--lm", "openai/x",
+                   "--api-base", "http://127.0.0.1:9/v1"], cli_env(tmp_path), timeout=120)
+    assert res.returncode == 2, res.stdout[-1000:] + res.stderr[-1000:]
+    assert "records no file hashes" in res.stderr and "Traceback" not in res.stderr
+    assert "--kind bm25" in res.stderr
+
+
+@pytest.mark.parametrize("damage", [b"\xff\xfe\xfa broken \x80\n",
+                                    b'{"id": "p", "text": ' + b"[" * 10_000 + b"\n"],
+                         ids=["invalid-utf8", "deep-json"])
+def test_damaged_passages_file_is_one_line(tmp_path, damage):
+    """A legacy passages file (no hash covers it) with invalid UTF-8 or a 10,000-deep line:
+    a RetrievalIndexError naming the line and the rebuild command, not a traceback."""
+    from ambiqa.retrieval.dense import read_passages
+
+    index_dir = _bm25(tmp_path)
+    path = index_dir / "passages.jsonl"
+    path.write_bytes(path.read_bytes() + damage)
+    with pytest.raises(RetrievalIndexError) as err:
+        read_passages(path, "bm25")
+    text = str(err.value)
+    assert "passages.jsonl, line" in text and "--kind bm25" in text
 
 
 def test_missing_index_hint_names_kind_not_retriever(tmp_path):

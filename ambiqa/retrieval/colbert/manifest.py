@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError, DataError, RetrievalIndexError
+from ambiqa.jsonio import read_json
 from ambiqa.types import Passage
 
 MANIFEST = "ambiqa_manifest.json"
@@ -117,12 +118,8 @@ def read_manifest(index_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise RetrievalIndexError(f"{index_dir} has no {MANIFEST}: the index is incomplete "
                                   "(an interrupted build) or not an ambiqa index",
                                   hint=f"rebuild it: {rebuild_hint(name)}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise RetrievalIndexError(f"index manifest {path} is unreadable or corrupt "
-                                  f"({str(exc)[:120]})",
-                                  hint=f"rebuild the index: {rebuild_hint(name)}") from exc
+    data = read_json(path, error=RetrievalIndexError, what="index manifest",
+                     hint=f"rebuild the index: {rebuild_hint(name)}")
     manifest = validate_manifest(data, index_dir)
     from ambiqa.retrieval.integrity import verify_files
 
@@ -137,12 +134,14 @@ def check_colbert_files(index_dir: Path, n_passages: int) -> None:
     if missing:
         raise RetrievalIndexError(f"index {index_dir} lacks colbert-ai files: {', '.join(missing)}",
                                   hint=f"rebuild the index: {rebuild_hint(name)}")
+    fix = f"rebuild the index: {rebuild_hint(name)}"
     try:
-        meta = json.loads((index_dir / "metadata.json").read_text(encoding="utf-8"))
+        meta = read_json(index_dir / "metadata.json", error=RetrievalIndexError, hint=fix)
         n_chunks = int(meta["num_chunks"])
         counted = 0
         for i in range(n_chunks):
-            counted += len(json.loads((index_dir / f"doclens.{i}.json").read_text()))
+            counted += len(read_json(index_dir / f"doclens.{i}.json", error=RetrievalIndexError,
+                                     max_bytes=None, hint=fix))
             for suffix in ("codes.pt", "residuals.pt"):
                 if not (index_dir / f"{i}.{suffix}").is_file():
                     raise FileNotFoundError(f"{i}.{suffix}")

@@ -37,7 +37,7 @@ def test_invalid_artifact_json(tmp_path, capsys):
     bad = tmp_path / "a.json"
     bad.write_text("{not json")
     assert main(["export", str(bad)]) == EXIT_USER_ERROR
-    assert "not valid JSON" in capsys.readouterr().err
+    assert "valid JSON" in capsys.readouterr().err
     assert main(["ask", "Who?", "--artifact", str(bad)]) == EXIT_USER_ERROR
 
 

@@ -56,8 +56,23 @@ def fake_index(root: Path, name: str = "idx", passages=PASSAGES, manifest=None) 
     with open(d / cb.COLLECTION, "w", encoding="utf-8") as fh:
         for p in passages:
             fh.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n")
-    (d / cb.MANIFEST).write_text(json.dumps(manifest or make_manifest(passages, name=name)))
+    manifest = dict(manifest or make_manifest(passages, name=name))
+    if "files" not in manifest:  # what a build records (an index without it is refused)
+        from ambiqa.retrieval.integrity import FILES_KEY, record_files
+
+        manifest[FILES_KEY] = record_files(d, {cb.MANIFEST, cb.LOG_FILE})
+    (d / cb.MANIFEST).write_text(json.dumps(manifest))
     return d
+
+
+def rerecord(d: Path) -> None:
+    """Record the index's files again after damaging one: the file hashes would catch the
+    damage first, and these tests reach the checks behind them."""
+    from ambiqa.retrieval.integrity import FILES_KEY, record_files
+
+    manifest = json.loads((d / cb.MANIFEST).read_text())
+    manifest[FILES_KEY] = record_files(d, {cb.MANIFEST, cb.LOG_FILE})
+    (d / cb.MANIFEST).write_text(json.dumps(manifest))
 
 
 def write_jsonl(path: Path, rows) -> Path:
@@ -150,6 +165,7 @@ def test_collection_edited_after_build_is_detected(tmp_path):
     d = fake_index(tmp_path)
     text = (d / cb.COLLECTION).read_text().replace("alpha particles", "gamma rays")
     (d / cb.COLLECTION).write_text(text)
+    rerecord(d)
     with pytest.raises(RetrievalIndexError, match="does not match the index manifest"):
         ColBERTRetriever.load(tmp_path, "idx")
 
@@ -161,10 +177,12 @@ def test_missing_colbert_files_and_count_mismatch(tmp_path):
         ColBERTRetriever.load(tmp_path, "idx")
     d2 = fake_index(tmp_path, "idx2")
     (d2 / "doclens.0.json").write_text(json.dumps([10, 10]))
+    rerecord(d2)
     with pytest.raises(RetrievalIndexError, match="holds 2 passages but its manifest says 3"):
         ColBERTRetriever.load(tmp_path, "idx2")
     d3 = fake_index(tmp_path, "idx3")
     (d3 / "0.residuals.pt").unlink()
+    rerecord(d3)
     with pytest.raises(RetrievalIndexError, match="corrupt or missing"):
         ColBERTRetriever.load(tmp_path, "idx3")
 

@@ -14,7 +14,13 @@ from ambiqa.retrieval import colbert as cb
 from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.sharded import ShardedRetriever
 from ambiqa.types import Passage
-from tests.unit.retrieval.test_colbert_unit import PASSAGES, fake_index, make_manifest, write_jsonl
+from tests.unit.retrieval.test_colbert_unit import (
+    PASSAGES,
+    fake_index,
+    make_manifest,
+    rerecord,
+    write_jsonl,
+)
 
 
 def _lines(**kw):
@@ -47,10 +53,11 @@ def test_healthy_fake_index_passes_and_matches_its_corpus(tmp_path):
 
 @pytest.mark.parametrize("breakage, words", [
     (lambda d: (d / cb.MANIFEST).unlink(), "no manifest"),
-    (lambda d: (d / cb.MANIFEST).write_text("{"), "corrupt"),
+    (lambda d: (d / cb.MANIFEST).write_text("{"), "invalid JSON"),
     (lambda d: (d / "centroids.pt").unlink(), "centroids.pt"),
     (lambda d: (d / "0.codes.pt").unlink(), "0.codes.pt"),
-    (lambda d: (d / "doclens.0.json").write_text("[1]"), "holds 1 passages"),
+    (lambda d: (d / "doclens.0.json").write_text("[1]"), "doclens.0.json does not match"),
+    (lambda d: ((d / "doclens.0.json").write_text("[1]"), rerecord(d)), "holds 1 passages"),
     (lambda d: (d / cb.COLLECTION).write_text('{"id": "zz", "title": "", "text": "x"}\n'),
      "does not match"),
 ])
