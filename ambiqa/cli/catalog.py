@@ -46,7 +46,7 @@ def _rows(items: dict[str, str]) -> list[str]:
     lines: list[str] = []
     for name, text in items.items():
         lines += textwrap.wrap(text, _WIDTH, initial_indent=f"  {name:<{column - 2}}",
-                               subsequent_indent=" " * column)
+                               subsequent_indent=" " * column) or [f"  {name}"]
     return lines
 
 
@@ -59,7 +59,7 @@ def programs_listing() -> str:
 def optimizers_listing() -> str:
     """One line per teleprompter (``ambiqa compile PROGRAM --optimizer NAME``)."""
     return "\n".join(["optimizers (ambiqa compile PROGRAM --optimizer NAME):",
-                      *_rows({name: OPTIMIZER_SUMMARIES[name] for name in TELEPROMPTERS})])
+                      *_rows({name: OPTIMIZER_SUMMARIES.get(name, "") for name in TELEPROMPTERS})])
 
 
 def epilog(*lists: str) -> str:
