@@ -87,7 +87,11 @@ def print_prediction(pred: Any, console: Any) -> None:
         for p in pred.passages[:10]:
             console.print(escape(f"  [{p['id']}] {p['title']}: {p['text'][:110]}…"))
     t = pred.trace
-    console.print(f"\n[dim]{t['lm_calls']} LM calls, {t['input_tokens']}+{t['output_tokens']} "
+    cached = t.get("cached_calls") or 0
+    console.print(f"\n[dim]{t['lm_calls']} LM calls"
+                  + (f" ({cached} from the response cache; --no-cache asks the LM)"
+                     if cached else "")
+                  + f", {t['input_tokens']}+{t['output_tokens']} "
                   f"tokens, {t['retriever_calls']} retriever calls, {t['wall_s']:.1f} s"
                   + (escape(f"; degraded steps: {t['events']}") if t["events"] else "")
                   + "[/dim]")

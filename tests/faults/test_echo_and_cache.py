@@ -21,7 +21,8 @@ import pytest
 from ambiqa.testing_server import serve
 from tests.faults.conftest import cli_env, run_cli
 
-pytestmark = pytest.mark.fault("secrets and cache")
+pytestmark = pytest.mark.fault("LM faults")
+security = pytest.mark.fault("Artifacts / security")
 
 SECRET = "sk-echo-4f9d2c1b8a7e6d5c"
 QUESTIONS = [{"question": "Who wrote Little Women?", "answers": ["Louisa May Alcott"]},
@@ -48,6 +49,7 @@ def _leaks(root: Path, *texts: str) -> list[str]:
 
 
 # ---- secrets never echo ----------------------------------------------------------------------
+@security
 @pytest.mark.parametrize("mode", ["auth_echo", "500_echo"])
 def test_an_echoed_key_reaches_no_row_summary_report_or_stderr(tmp_path, mode,
                                                                record_property):
@@ -73,6 +75,7 @@ def test_an_echoed_key_reaches_no_row_summary_report_or_stderr(tmp_path, mode,
     assert leaks == []
 
 
+@security
 def test_an_echoed_key_is_not_in_asks_error_line(tmp_path):
     url, stop = serve(delay=0.0, faults={"auth_echo": 1.0})
     env = cli_env(tmp_path, AMBIQA_FAKE_KEY=SECRET, AMBIQA_LM_RETRIES="0")
@@ -87,6 +90,7 @@ def test_an_echoed_key_is_not_in_asks_error_line(tmp_path):
     assert _leaks(tmp_path, res.stdout, res.stderr) == []
 
 
+@security
 def test_an_echoed_key_is_not_in_serves_502_body_or_its_log(make_served_endpoint, caplog):
     from fastapi.testclient import TestClient
 
@@ -101,6 +105,7 @@ def test_an_echoed_key_is_not_in_serves_502_body_or_its_log(make_served_endpoint
     assert "answer failed" in logged and SECRET not in logged
 
 
+@security
 def test_debug_tracebacks_and_url_passwords_are_redacted(tmp_path):
     """``AMBIQA_DEBUG=1`` printed Python's own traceback, with the URL's password in it."""
     env = cli_env(tmp_path, AMBIQA_DEBUG="1", AMBIQA_LM_RETRIES="0")
@@ -112,6 +117,7 @@ def test_debug_tracebacks_and_url_passwords_are_redacted(tmp_path):
     assert SECRET not in res.stderr + res.stdout
 
 
+@security
 def test_redact_removes_known_keys_and_url_passwords(monkeypatch):
     from ambiqa.lm.redact import MASK, redact, register_secret
 
