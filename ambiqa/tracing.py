@@ -439,7 +439,7 @@ class TraceCallback(BaseCallback):
         now = time.perf_counter()
         record_lm_call(CallRecord(
             kind="parse", module=_MODULE.get() or "direct", error=type(exception).__name__,
-            detail=_redact(f"{adapter} could not parse the reply: {str(exception)[:160]}"),
+            detail=f"{adapter} could not parse the reply: {_redact(str(exception))[:160]}",
             start=now, end=now))
 
 

@@ -101,8 +101,8 @@ def endpoint_lm(model: str, *, api_base: str | None = None, api_key_env: str | N
     """
     import dspy
 
-    if api_base:  # a URL may carry credentials: keep them out of every log (issue 33)
-        install_log_redaction()
+    # a URL may carry credentials and an endpoint may echo a key: keep both out of every log
+    install_log_redaction()
     key: str | None = None
     if api_key_env:
         key = os.environ.get(api_key_env)

@@ -60,6 +60,7 @@ def lm_unavailable(step: str, exc: BaseException) -> LMUnavailableError:
     from ambiqa.lm.redact import redact
 
     kind = failure_kind(exc)
+    # redacted before the message is cut: a key cut in two would no longer match its value
     return LMUnavailableError(
         redact(f"{step}: the LM gave no reply ({kind}): {type(exc).__name__}: "
-               f"{str(exc)[:300]}"), hint=_HINT, kind=kind)
+               f"{redact(str(exc))[:300]}"), hint=_HINT, kind=kind)

@@ -22,7 +22,7 @@ from typing import Any
 from ambiqa.envutil import env_seconds
 from ambiqa.errors import ConfigError
 from ambiqa.lm.endpoint import EndpointEngine
-from ambiqa.lm.redact import register_secret
+from ambiqa.lm.redact import redact, register_secret
 from ambiqa.parallel import call_with_deadline
 from ambiqa.tracing import (
     current_output_cap,
@@ -283,8 +283,9 @@ class ResilientEngine:
                     retry = False
                 if not retry:
                     if kind is not None:
+                        # redacted before it is cut (a cut key no longer matches)
                         record_event("lm", f"gave up after {attempt + 1} attempt(s): {kind}: "
-                                           f"{str(exc)[:160]}")
+                                           f"{redact(str(exc))[:160]}")
                     raise _canonical_error(exc, kind, self.model) from exc
                 attempt += 1
                 self.retries += 1

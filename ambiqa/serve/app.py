@@ -200,7 +200,8 @@ def _lm_error_status(exc: BaseException) -> tuple[int, str] | None:
                                      lm15.TransportError))
     else:
         return None
-    text = " ".join(str(exc).split())[:200]
+    # redacted before it is cut: a cut key would no longer match its value
+    text = redact(" ".join(str(exc).split()))[:200]
     if retryable:
         return 503, f"no answer: LM unavailable ({type(exc).__name__}: {text})"
     return 502, f"the LM failed ({type(exc).__name__}: {text})"

@@ -117,7 +117,9 @@ function show(data) {
   if (!data.interpretations.length)
     list.append(el("li", "unknown", "the program gave no separate interpretations"));
   const t = data.trace || {};
-  $("lm-calls").textContent = t.lm_calls;
+  // calls answered by the response cache asked no LM: say so (issue 42)
+  $("lm-calls").textContent = t.lm_calls +
+    (t.cached_calls ? " (" + t.cached_calls + " from the response cache)" : "");
   $("seconds").textContent = Number(t.wall_s).toFixed(2);
   $("tokens").textContent = (t.input_tokens || 0) + "+" + (t.output_tokens || 0);
   $("retrievals").textContent = t.retriever_calls;

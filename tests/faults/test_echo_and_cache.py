@@ -135,6 +135,23 @@ def test_redact_removes_known_keys_and_url_passwords(monkeypatch):
     assert redact(out) == out     # idempotent
 
 
+@security
+def test_a_key_cut_at_a_length_limit_is_still_masked(monkeypatch):
+    """Texts are cut to a length after redaction, never before: a key cut in two no longer
+    matches its value, and its first half would be printed."""
+    from dspy import lm15
+
+    from ambiqa.lm.failures import lm_unavailable
+    from ambiqa.lm.redact import register_secret
+    from ambiqa.serve.app import _lm_error_status
+
+    register_secret(SECRET)
+    for pad in (185, 195, 285, 295):
+        exc = lm15.AuthError("x" * pad + " " + SECRET, status=401)
+        texts = [_lm_error_status(exc)[1], str(lm_unavailable("step", exc))]
+        assert not any(SECRET[:6] in t for t in texts), (pad, texts)
+
+
 # ---- the cache never hides a dead endpoint ---------------------------------------------------
 def test_a_cached_run_against_a_dead_endpoint_is_refused_and_cached_answers_are_marked(
         tmp_path, record_property):
