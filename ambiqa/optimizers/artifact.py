@@ -282,15 +282,14 @@ def load_program_state(program: Any, state: dict[str, Any], path: Path | str = "
 
 def install_optimizer_hooks(program: Any, manifest: dict[str, Any], *,
                             knn_encoder: Any = None) -> None:
-    """Re-install run-time behaviour an optimizer left on the program (knn demo selection)."""
-    opt = manifest.get("optimizer") or {}
-    if opt.get("name") == "knn":
-        from ambiqa.optimizers.knn import install_knn
+    """Re-install run-time behaviour an optimizer left on the program (knn demo selection):
+    each registered teleprompter knows its own (:meth:`Teleprompter.install`)."""
+    from ambiqa.optimizers.registry import get_teleprompter, teleprompter_names
 
-        k = opt.get("k")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ArtifactError(f"knn artifact has no valid k in its optimizer settings: {k!r}")
-        install_knn(program, k, encoder=knn_encoder)
+    opt = manifest.get("optimizer") or {}
+    name = opt.get("name")
+    if isinstance(name, str) and name in teleprompter_names():
+        get_teleprompter(name).install(program, opt, encoder=knn_encoder)
 
 
 def check_eor_pool(manifest: dict[str, Any], program: Any, retriever: Any,

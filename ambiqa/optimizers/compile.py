@@ -1,39 +1,10 @@
-"""Compile a program with a DSPy teleprompter against a metric, on a training split only.
+"""Compile a program with a registered teleprompter against a metric, on a training split only.
 
-Teleprompters (``optimizer=``):
-
-* ``none`` -- the program as written (zero-shot), for a baseline artifact;
-* ``labeled`` -- DSPy's LabeledFewShot idea, per predictor: each predictor whose signature
-  can be labeled from gold training data (see :mod:`ambiqa.optimizers.demos`) gets ``k``
-  demos sampled with a fixed seed. No LM call.
-* ``bootstrap`` -- ``dspy.BootstrapFewShot``: run the program (with labeled demos as the
-  teacher, where available) on training questions and keep the traces whose metric passes the
-  threshold as demos for every predictor, including those no gold data labels (Diva's typing
-  and verification, ToC's self-verification, ...). A predictor for which no trace passes keeps
-  the teacher's gold demos: with small models, labeled demos carry the output format.
-* ``bootstrap-rs`` -- the candidate search of ``dspy.BootstrapFewShotWithRandomSearch``
-  (zero-shot, labeled, then ``num_candidates`` bootstrapped demo sets, each from a differently
-  shuffled train part with a random number of demos in 1..k), every candidate scored on a
-  held-out part of the training split; the best one wins. It is written out here rather than
-  calling DSPy's class so that every candidate gets the gold fill-in above and the LM-call
-  budget is checked between candidates.
-* ``knn`` -- nearest-neighbour demos per question (DSPy's KNNFewShot idea, the way Diva and
-  ToC pick few-shot examples): each predictor's pool is its gold demos plus bootstrapped
-  traces; at call time it shows the ``k`` nearest (:mod:`ambiqa.optimizers.knn`, local
-  MiniLM). ``knn_gold_only`` keeps only the gold demos (no bootstrap, no LM call): ToC's own
-  set-up, which picks its exemplars among labelled training questions by similarity, with
-  ``knn_pool`` large enough that the neighbours come from the whole split.
-* ``mipro`` -- ``dspy.MIPROv2`` (instructions + demos) with small explicit settings:
-  ``num_candidates`` instruction/demo candidates, ``mipro_trials`` Bayesian-search trials,
-  no minibatching, and the program/data-aware proposers off (they cost many LM calls and
-  read source code and data summaries a small local model handles poorly).
-
-* ``gepa`` -- ``dspy.GEPA``: instructions evolved by reflecting on runs with feedback written
-  for ambiguous QA (:mod:`ambiqa.optimizers.feedback`: per gold interpretation, stated or not,
-  and which step lost it), candidates tracked on a held-out part of the training split;
-  ``reflection_lm`` (any ``dspy.LM`` or spec; default the task LM). See
-  :mod:`ambiqa.optimizers.gepa`.
-* ``simba`` -- ``dspy.SIMBA``: mini-batch ascent adding self-written rules and demos.
+The teleprompters (``optimizer=``: ``none``, ``labeled``, ``bootstrap``, ``bootstrap-rs``,
+``knn``, ``mipro``, ``gepa``, ``simba``, and any class registered with
+:func:`ambiqa.optimizers.registry.register_teleprompter`) live in
+:mod:`ambiqa.optimizers.teleprompters`; this module runs one and then the steps every compile
+shares.
 
 ``predictor_signal=True`` (any teleprompter): after it, the compiled program runs once over
 the training questions and each predictor with a signal of its own
@@ -54,22 +25,29 @@ MIPROv2 checks it only before it starts.
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
 
 from ambiqa.checks import check_int
-from ambiqa.errors import AmbiqaError, ConfigError, ModelError
-from ambiqa.optimizers.ahead import AheadBootstrapFewShot
+from ambiqa.errors import ConfigError
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
-from ambiqa.optimizers.demos import labeled_demos
-from ambiqa.optimizers.recipes import TELEPROMPTERS, check_teleprompter, split_train
-from ambiqa.tracing import record_event, track
+from ambiqa.optimizers.demo_plan import apply_plan, parse_plan
+from ambiqa.optimizers.recipes import check_teleprompter, split_train
+from ambiqa.optimizers.registry import CompileJob, get_teleprompter
+from ambiqa.optimizers.select import INPUT, ZERO_SHOT, Candidate, choose
+from ambiqa.optimizers.teleprompters import (  # re-exported: the demo steps callers use
+    SafeMetric,
+    apply_labeled,
+    bootstrap,
+    fill_missing_demos,
+    score_program,
+)
+from ambiqa.tracing import track
 
-OPTIMIZERS = TELEPROMPTERS
+__all__ = ["CompileReport", "SafeMetric", "apply_labeled", "bootstrap", "compile_program",
+           "fill_missing_demos", "score_program"]
 
 
 @dataclass
@@ -83,144 +61,6 @@ class CompileReport:
     stopped_by_budget: bool = False
     nan_scores: int = 0
     data_guard: dict[str, Any] = field(default_factory=dict)
-
-
-class SafeMetric:
-    """Wrap a metric so NaN (or an exception inside it) scores 0.0, and count those."""
-
-    def __init__(self, metric: Any) -> None:
-        self.metric = metric
-        self.nan = 0
-        self.errors = 0
-
-    def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
-        try:
-            score = float(self.metric(example, pred, trace))
-        except (TypeError, ValueError) as exc:
-            self.errors += 1
-            record_event("metric", f"metric failed, scored 0: {type(exc).__name__}: {exc}")
-            return 0.0
-        if math.isnan(score):
-            self.nan += 1
-            record_event("metric", "metric returned NaN, scored 0")
-            return 0.0
-        return score
-
-
-def score_program(program: Any, examples: list[Any], metric: Any,
-                  budget: Budget | None = None) -> dict[str, Any]:
-    """Mean metric of ``program`` over ``examples``, one at a time, with cost.
-
-    A failing program call scores 0 (counted in ``errors``). With a ``budget``, the check
-    runs before each example and raises :class:`BudgetExhausted` when spent.
-    """
-    safe = metric if isinstance(metric, SafeMetric) else SafeMetric(metric)
-    scores: list[float] = []
-    errors = 0
-    with track() as trace:
-        for ex in examples:
-            if budget is not None:
-                budget.check()
-            try:
-                pred = program(question=ex.question)
-            except Exception as exc:  # one failing question must not end a search
-                errors += 1
-                record_event("score", f"program failed: {type(exc).__name__}: {exc}"[:200])
-                scores.append(0.0)
-                continue
-            scores.append(safe(ex, pred))
-    mean = sum(scores) / len(scores) if scores else 0.0
-    return {"score": mean, "scores": scores, "n": len(scores), "errors": errors,
-            "nan_scores": safe.nan, "cost": trace.summary()}
-
-
-def apply_labeled(program: dspy.Module, pools: dict[str, list[Any]], k: int,
-                  seed: int) -> dict[str, int]:
-    """Give each labelable predictor ``k`` gold demos from ``pools`` (signature name → demos,
-    see :func:`labeled_demos`); return demo counts per predictor."""
-    rng = random.Random(seed)
-    counts = {}
-    for name, predictor in program.named_predictors():
-        sig = predictor.signature.__name__
-        pool = pools.get(sig, [])
-        predictor.demos = rng.sample(pool, min(k, len(pool))) if pool else []
-        counts[name] = len(predictor.demos)
-    return counts
-
-
-def _signature_names(program: dspy.Module) -> dict[str, str]:
-    return {n: p.signature.__name__ for n, p in program.named_predictors()}
-
-
-def _restore_signature_names(program: dspy.Module, names: dict[str, str]) -> None:
-    """Optimizers that rewrite instructions rebuild signatures as anonymous classes; traces
-    and exports name predictors by signature, so put the names back."""
-    for name, predictor in program.named_predictors():
-        if name in names:
-            predictor.signature.__name__ = names[name]
-
-
-def fill_missing_demos(compiled: dspy.Module, teacher: dspy.Module) -> None:
-    """A predictor no trace passed for keeps the teacher's gold demos rather than none."""
-    teacher_demos = {n: p.demos for n, p in teacher.named_predictors()}
-    for name, predictor in compiled.named_predictors():
-        if not predictor.demos and teacher_demos.get(name):
-            predictor.demos = list(teacher_demos[name])
-
-
-def bootstrap(program: dspy.Module, trainset: list[Any], metric: Any, *, k: int, seed: int,
-              threshold: float | None = None, max_rounds: int = 1,
-              budget: Budget | None = None, pools: dict[str, list[Any]] | None = None,
-              fill: bool = True, teacher_k: int | None = None,
-              threads: int = 1) -> dspy.Module:
-    """BootstrapFewShot with a gold-demo teacher, shuffled by ``seed``, budget-aware.
-
-    ``k`` traces are kept per predictor; the teacher that makes them shows ``teacher_k``
-    gold demos per call (default ``k``). knn collects a larger pool than it shows, and a
-    teacher showing the whole pool would not fit a small model's context. ``threads`` > 1
-    answers that many training questions at once; the loop stays DSPy's, and the teacher never
-    shows a question its own gold demo (:mod:`ambiqa.optimizers.ahead`).
-    """
-    if metric is None:
-        raise ConfigError("bootstrapping needs a metric (e.g. --metric d-f1)")
-    pools = labeled_demos(trainset) if pools is None else pools
-    teacher = program.deepcopy()
-    apply_labeled(teacher, pools, k if teacher_k is None else teacher_k, seed)
-
-    def passes(example, pred, trace=None):
-        score = metric(example, pred, trace)
-        return score >= threshold if threshold is not None else score > 0
-
-    tp = AheadBootstrapFewShot(metric=passes, max_bootstrapped_demos=k, max_labeled_demos=0,
-                               max_rounds=max_rounds, threads=threads)
-    shuffled = list(trainset)
-    random.Random(seed).shuffle(shuffled)
-    if budget is not None:
-        shuffled = budget.iterate(shuffled)
-    names = _signature_names(program)
-    try:
-        compiled = tp.compile(program.deepcopy(), teacher=teacher, trainset=shuffled)
-    except (AmbiqaError, BudgetExhausted):
-        raise
-    except Exception as exc:  # DSPy re-raises once too many training examples failed
-        raise _bootstrap_error(exc, k) from exc
-    _restore_signature_names(compiled, names)
-    if fill:
-        fill_missing_demos(compiled, teacher)
-    return compiled
-
-
-def _bootstrap_error(exc: Exception, k: int) -> ModelError:
-    """What to tell a user whose bootstrap stopped on repeated LM errors."""
-    text = str(exc)
-    if "context" in text.lower():
-        hint = (f"the prompts with {k} demo(s) per call do not fit the LM's context: lower "
-                "--k (and --knn-pool), or use a model with a longer context")
-    else:
-        hint = ("check the LM with `ambiqa doctor` or `ambiqa ask`, then rerun; --max-lm-calls "
-                "bounds a compile")
-    return ModelError(f"bootstrapping stopped: the LM failed on too many training examples "
-                      f"(last error: {text[:300]})", hint=hint)
 
 
 def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str = "bootstrap",
@@ -237,6 +77,10 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     gepa_auto: str | None = None, reflection_minibatch: int = 2,
                     simba_steps: int = 2, simba_bsize: int = 4,
                     gepa_selector: str = "round_robin",
+                    demos: str | dict[str, Any] | None = None,
+                    select: bool = False, select_val: int | None = None,
+                    candidates: list[Any] | None = None, force: bool = False,
+                    metric_name: str = "metric",
                     ) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
 
@@ -253,7 +97,16 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     LM; simba: the rule writer), ``gepa_rollouts``/``gepa_auto``, ``gepa_selector``,
     ``reflection_minibatch``,
     ``simba_steps``/``simba_bsize`` (with ``num_candidates``): see
-    :mod:`ambiqa.optimizers.gepa`."""
+    :mod:`ambiqa.optimizers.gepa`.
+
+    ``demos``: a per-predictor demo plan applied after the teleprompter
+    (:mod:`ambiqa.optimizers.demo_plan`, e.g. ``"verify=signal:2,write=none"``).
+    ``select``: carve a validation split (``select_val`` questions, default a third of the
+    training data, at most 20) out of the training data first, then score the zero-shot
+    program, the input program, the result and its ``candidates`` (demo plans applied on top
+    of it; default for a long-answer program: the writer with no demos and with one gold demo)
+    there and ship the best, zero-shot unless something beats it or ``force``
+    (:mod:`ambiqa.optimizers.select`)."""
     from ambiqa.optimizers.splits import check_training_data
 
     check_teleprompter(optimizer)
@@ -268,66 +121,45 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     report = CompileReport(optimizer=optimizer, settings=settings, data_guard=guard)
     budget = budget or Budget(None)
     safe = SafeMetric(metric) if metric is not None else None
-    if optimizer in ("bootstrap-rs", "mipro", "gepa") and valset is None:
+    plan = parse_plan(demos, default_k=k)
+    select_set: list[Any] = []
+    if select:
+        if safe is None:
+            raise ConfigError("choosing between candidates needs a metric (e.g. --metric dr)",
+                              hint="or pass --no-select")
+        trainset, select_set = _carve_validation(trainset, select_val, seed, report)
+    zero_shot, given = _without_demos(program), program.deepcopy()
+    cls = get_teleprompter(optimizer)
+    if cls.needs_metric and safe is None:
+        raise ConfigError(f"{optimizer} needs a metric (e.g. --metric d-f1)")
+    if cls.holds_out and valset is None:
         trainset, valset = split_train(trainset, seed=seed)
     if valset is not None and n_val:
         valset = valset[:n_val]
+    teleprompter = cls(threshold=threshold, max_rounds=max_rounds,
+                       num_candidates=num_candidates, knn_encoder=knn_encoder,
+                       knn_pool=knn_pool, knn_gold_only=knn_gold_only,
+                       mipro_trials=mipro_trials, reflection_lm=reflection_lm,
+                       gepa_rollouts=gepa_rollouts, gepa_auto=gepa_auto,
+                       reflection_minibatch=reflection_minibatch, simba_steps=simba_steps,
+                       simba_bsize=simba_bsize, gepa_selector=gepa_selector)
+    job = CompileJob(trainset=trainset, metric=safe, report=report, budget=budget, k=k,
+                     seed=seed, threads=threads, valset=valset)
     with budget.watch(), track() as trace:
-        if optimizer == "none":
-            compiled = program
-        elif optimizer == "labeled":
-            compiled = program.deepcopy()
-            pools = labeled_demos(trainset)
-            if not pools:
-                raise ConfigError("no training example yields labeled demos",
-                                  hint="ASQA-style data with qa_pairs, gold passages and long "
-                                       "answers is needed; use bootstrap for other data")
-            apply_labeled(compiled, pools, k, seed)
-        elif optimizer == "bootstrap":
-            compiled = bootstrap(program, trainset, safe, k=k, seed=seed, threshold=threshold,
-                                 max_rounds=max_rounds, budget=budget, threads=threads)
-        elif optimizer == "bootstrap-rs":
-            compiled = _random_search(program, trainset, valset, safe, report, k=k, seed=seed,
-                                      threshold=threshold, max_rounds=max_rounds,
-                                      num_candidates=num_candidates, budget=budget,
-                                      threads=threads)
-        elif optimizer == "knn":
-            from ambiqa.optimizers.knn import install_knn
-
-            settings.update(pool=knn_pool, gold_only=knn_gold_only)
-            pools = labeled_demos(trainset)
-            if safe is not None and not knn_gold_only:
-                compiled = bootstrap(program, trainset, safe, k=knn_pool, seed=seed,
-                                     threshold=threshold, max_rounds=max_rounds, budget=budget,
-                                     pools=pools, fill=False, teacher_k=k, threads=threads)
-            else:
-                compiled = program.deepcopy()
-                for _, p in compiled.named_predictors():
-                    p.demos = []
-            # pool = gold demos of the predictor's signature + its bootstrapped traces
-            for _, predictor in compiled.named_predictors():
-                gold = pools.get(predictor.signature.__name__, [])[:knn_pool]
-                predictor.demos = list(gold) + list(predictor.demos)
-            if not any(p.demos for _, p in compiled.named_predictors()):
-                raise ConfigError("knn found no demos to choose from",
-                                  hint="give a metric so traces can be bootstrapped, or use "
-                                       "ASQA-style data that yields gold demos")
-            install_knn(compiled, k, encoder=knn_encoder)
-        elif optimizer in ("gepa", "simba"):
-            compiled = _reflective(optimizer, program, trainset, valset, safe, report,
-                                   budget=budget, seed=seed, threads=threads,
-                                   reflection_lm=reflection_lm, rollouts=gepa_rollouts,
-                                   auto=gepa_auto, minibatch=reflection_minibatch,
-                                   steps=simba_steps, bsize=simba_bsize, k=k,
-                                   num_candidates=num_candidates, selector=gepa_selector)
-        else:  # mipro
-            compiled = _mipro(program, trainset, valset, safe, report, k=k, seed=seed,
-                              num_candidates=num_candidates, trials=mipro_trials,
-                              budget=budget)
+        compiled = teleprompter.compile(program, job)
         if predictor_signal:
             compiled = compiled if compiled is not program else program.deepcopy()
             settings["predictor_signal"] = _apply_signal(compiled, trainset, safe, k=k,
                                                          seed=seed, budget=budget)
+        if plan:
+            compiled = compiled if compiled is not program else program.deepcopy()
+            settings["demo_plan"] = apply_plan(compiled, plan, trainset, metric=safe,
+                                               seed=seed, budget=budget)
+        if select_set:
+            compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
+                               label=optimizer + ("+plan" if plan else ""),
+                               variants=candidates, force=force, metric_name=metric_name,
+                               seed=seed, k=k, budget=budget)
     report.stopped_by_budget = budget.stopped
     report.nan_scores = safe.nan if safe is not None else 0
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
@@ -335,92 +167,68 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     return compiled, report
 
 
-def _random_search(program: dspy.Module, trainset: list[Any], valset: list[Any] | None,
-                   metric: SafeMetric | None, report: CompileReport, *, k: int, seed: int,
-                   threshold: float | None, max_rounds: int, num_candidates: int,
-                   budget: Budget, threads: int = 1) -> dspy.Module:
-    if metric is None:
-        raise ConfigError("bootstrap-rs needs a metric (e.g. --metric d-f1)")
-    if valset is None:
-        trainset, valset = split_train(trainset, seed=seed)
-    report.settings.update(num_candidates=num_candidates, n_train=len(trainset),
-                           n_val=len(valset))
-    pools = labeled_demos(trainset)
-    best, best_score = None, -math.inf
-    plan: list[tuple[str, int, int]] = [("zero-shot", -1, 0), ("labeled", seed, k)]
-    rng = random.Random(seed)
-    plan += [("bootstrap", seed + i, rng.randint(1, max(1, k))) for i in range(num_candidates)]
-    for kind, cand_seed, size in plan:
+def _carve_validation(trainset: list[Any], n: int | None, seed: int, report: CompileReport,
+                      ) -> tuple[list[Any], list[Any]]:
+    """(training part, validation part): a third of the training data, at most ``n`` (20 by
+    default) questions, seeded. Under 3 training questions nothing can be held out: the
+    choice is skipped and the report says so."""
+    if len(trainset) < 3:
+        report.settings["selection"] = {"skipped": f"{len(trainset)} training questions: too "
+                                                   "few to hold any out"}
+        return trainset, []
+    rest, val = split_train(trainset, seed=seed + 1)
+    cap = 20 if n is None else n
+    check_int("select_val", cap, 1)
+    return rest + val[cap:], val[:cap]
+
+
+def _without_demos(program: dspy.Module) -> dspy.Module:
+    """The zero-shot program: the input with every predictor's demos removed."""
+    zero = program.deepcopy()
+    for _, predictor in zero.named_predictors():
+        predictor.demos = []
+    return zero
+
+
+#: candidates tried on top of a compiled long-answer program when none are given: the writer
+#: is where the stored compiles lost (its answers copy its demos' length)
+DEFAULT_VARIANTS = ({"writer": "none"}, {"writer": "gold:1"})
+
+
+def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
+            valset: list[Any], trainset: list[Any], metric: SafeMetric | None,
+            report: CompileReport, *, label: str, variants: list[Any] | None, force: bool,
+            metric_name: str, seed: int, k: int, budget: Budget) -> dspy.Module:
+    """Score the candidates on ``valset`` and return the one to ship (see
+    :mod:`ambiqa.optimizers.select`); the selection goes into ``report.settings``."""
+    cands = [Candidate(ZERO_SHOT, zero_shot), Candidate(INPUT, given),
+             Candidate(label, compiled)]
+    names = {p.signature.__name__ for _, p in compiled.named_predictors()}
+    tried = variants if variants is not None else (
+        list(DEFAULT_VARIANTS) if "WriteLongAnswer" in names else [])
+    skipped = []
+    for variant in tried:
+        plan = parse_plan(variant, default_k=k)
+        program = compiled.deepcopy()
+        text = ",".join(f"{key}={src}" for key, src in plan.items())
         try:
-            budget.check()
-            if kind == "zero-shot":
-                cand = program.deepcopy()
-            elif kind == "labeled":
-                cand = program.deepcopy()
-                apply_labeled(cand, pools, size, cand_seed)
-            else:
-                cand = bootstrap(program, trainset, metric, k=size, seed=cand_seed,
-                                 threshold=threshold, max_rounds=max_rounds, budget=budget,
-                                 pools=pools, threads=threads)
-                budget.check()
-            result = score_program(cand, valset, metric, budget)
-        except BudgetExhausted:
-            break
-        report.candidates.append({"kind": kind, "seed": cand_seed, "k": size,
-                                  "score": round(result["score"], 6),
-                                  "lm_calls": result["cost"]["lm_calls"]})
-        if result["score"] > best_score:
-            best, best_score = cand, result["score"]
-    if best is None:  # the budget ran out before any candidate was scored
-        best = program.deepcopy()
-        apply_labeled(best, pools, k, seed)
-        report.settings["fallback"] = "labeled (budget spent before any candidate was scored)"
-    else:
-        report.val_score = best_score
-    return best
-
-
-def _resolve_lm(lm: Any) -> Any:
-    """A ``dspy.LM`` from an LM or a spec (``embedded``, ``provider/model``); None stays None
-    (the optimizer then uses the task LM)."""
-    if lm is None or not isinstance(lm, str):
-        return lm
-    from ambiqa.lm import make_lm
-
-    return make_lm(lm)
-
-
-def _reflective(optimizer: str, program: dspy.Module, trainset: list[Any],
-                valset: list[Any] | None, metric: SafeMetric | None, report: CompileReport, *,
-                budget: Budget, seed: int, threads: int, reflection_lm: Any,
-                rollouts: int | None, auto: str | None, minibatch: int, steps: int,
-                bsize: int, k: int, num_candidates: int,
-                selector: str = "round_robin") -> dspy.Module:
-    """GEPA or SIMBA (:mod:`ambiqa.optimizers.gepa`), signature names restored after."""
-    from ambiqa.optimizers.gepa import run_gepa, run_simba
-
-    if metric is None:
-        raise ConfigError(f"{optimizer} needs a metric (e.g. --metric d-f1)")
-    names = _signature_names(program)
-    lm = _resolve_lm(reflection_lm)
+            apply_plan(program, plan, trainset, metric=metric, seed=seed, budget=budget)
+        except ConfigError as exc:
+            skipped.append({"candidate": text, "why": exc.message})
+            continue
+        cands.append(Candidate(f"{label}+{text}", program, note=text))
     try:
-        if optimizer == "gepa":
-            compiled, extra = run_gepa(program, trainset, valset or trainset, metric,
-                                       reflection_lm=lm, budget=budget, rollouts=rollouts,
-                                       auto=auto, minibatch=minibatch, seed=seed,
-                                       threads=threads, selector=selector)
-        else:
-            compiled, extra = run_simba(program, trainset, metric, budget=budget, bsize=bsize,
-                                        num_candidates=num_candidates, max_steps=steps,
-                                        max_demos=k, prompt_lm=lm, seed=seed, threads=threads)
+        shipped, selection = choose(cands, valset, metric, metric_name=metric_name,
+                                    preferred=label, force=force, budget=budget)
     except BudgetExhausted:
-        report.settings["fallback"] = "zero-shot (budget spent before the search started)"
-        return program.deepcopy()
-    _restore_signature_names(compiled, names)
-    report.settings.update(extra)
-    if optimizer == "gepa" and extra.get("best_val_score") is not None:
-        report.val_score = extra["best_val_score"]
-    return compiled
+        report.settings["selection"] = {"skipped": "the LM-call budget ran out before every "
+                                                   "candidate was scored: not checked"}
+        return compiled
+    report.settings["selection"] = {**selection.to_dict(),
+                                    **({"variants_skipped": skipped} if skipped else {})}
+    report.val_score = next(r["mean"] for r in selection.rows
+                            if r["label"] == selection.shipped)
+    return shipped
 
 
 def _apply_signal(compiled: dspy.Module, trainset: list[Any], metric: SafeMetric | None, *,
@@ -440,30 +248,3 @@ def _apply_signal(compiled: dspy.Module, trainset: list[Any], metric: SafeMetric
             "train_accuracy_before": accuracy_from_traces(records)}
 
 
-def _mipro(program: dspy.Module, trainset: list[Any], valset: list[Any] | None,
-           metric: SafeMetric | None, report: CompileReport, *, k: int, seed: int,
-           num_candidates: int, trials: int, budget: Budget) -> dspy.Module:
-    if metric is None:
-        raise ConfigError("mipro needs a metric (e.g. --metric d-f1)")
-    budget.check()
-    if valset is None:
-        trainset, valset = split_train(trainset, seed=seed)
-    settings = {"num_candidates": num_candidates, "num_trials": trials, "minibatch": False,
-                "program_aware_proposer": False, "data_aware_proposer": False,
-                "max_bootstrapped_demos": k, "max_labeled_demos": 0,
-                "n_train": len(trainset), "n_val": len(valset)}
-    report.settings.update(settings)
-    names = _signature_names(program)
-    teacher = program.deepcopy()
-    apply_labeled(teacher, labeled_demos(trainset), k, seed)
-    tp = dspy.MIPROv2(metric=metric, auto=None, num_candidates=num_candidates,
-                      max_bootstrapped_demos=k, max_labeled_demos=0, num_threads=1, seed=seed,
-                      init_temperature=0.5, verbose=False, track_stats=False)
-    compiled = tp.compile(program.deepcopy(), trainset=trainset, valset=valset, teacher=teacher,
-                          num_trials=trials, minibatch=False, program_aware_proposer=False,
-                          data_aware_proposer=False, requires_permission_to_run=False)
-    _restore_signature_names(compiled, names)
-    fill_missing_demos(compiled, teacher)
-    score = getattr(compiled, "score", None)
-    report.val_score = float(score) if isinstance(score, int | float) else None
-    return compiled

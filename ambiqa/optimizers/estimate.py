@@ -57,21 +57,9 @@ def sample_cost(program: Any, examples: list[Any], metric: Any = None) -> dict[s
 def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int,
                    trials: int) -> tuple[float, float]:
     """(program calls with no demos, program calls with demos) a teleprompter makes."""
-    if optimizer in ("none", "labeled"):
-        return 0.0, 0.0
-    if optimizer in ("bootstrap", "knn"):
-        return 0.0, float(n_train)
-    if optimizer == "bootstrap-rs":
-        return float(n_val), float(n_val + num_candidates * (n_train + n_val))
-    if optimizer == "mipro":
-        return 0.0, float(num_candidates * n_train + (trials + 1) * n_val)
-    if optimizer == "gepa":  # rollouts: by default three passes over train + held-out
-        return float(3 * (n_train + n_val)), 0.0
-    if optimizer == "simba":  # defaults: 2 steps, mini-batch 4 (at most n_train)
-        bsize = max(1, min(4, n_train))
-        per_step = num_candidates * bsize + (num_candidates + 1) * bsize
-        return 0.0, float(2 * per_step + (num_candidates + 1) * n_train)
-    raise ValueError(optimizer)
+    from ambiqa.optimizers.registry import get_teleprompter
+
+    return get_teleprompter(optimizer).program_calls(n_train, n_val, num_candidates, trials)
 
 
 def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: int = 0,
@@ -90,11 +78,10 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
     else:
         plain, with_demos = _program_calls(optimizer, n_train, n_val, num_candidates, trials)
         with_demos += n_dev
-        proposer = 2.0 * n_predictors * num_candidates if optimizer == "mipro" else 0.0
-        if optimizer == "gepa":  # one reflection call per iteration of ~2 mini-batch runs x 2
-            proposer = plain / 4.0
-        elif optimizer == "simba":  # at most one rule per candidate per step
-            proposer = 2.0 * (num_candidates + 1)
+        from ambiqa.optimizers.registry import get_teleprompter
+
+        proposer = get_teleprompter(optimizer).proposer_calls(plain, n_predictors,
+                                                              num_candidates)
     questions = plain + with_demos
     calls = questions * c + proposer
     demo_in = k * per_call * c  # extra input tokens per question from k demos per call

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.optimizers.registry import teleprompter_names
 
-TELEPROMPTERS = ("none", "labeled", "bootstrap", "bootstrap-rs", "knn", "mipro", "gepa",
-                 "simba")
+#: the built-in teleprompters (:mod:`ambiqa.optimizers.registry`; more may be registered)
+TELEPROMPTERS = teleprompter_names()
 #: teleprompters a tuning trial may choose (the others cost a whole search per trial)
 TUNE_TELEPROMPTERS = ("labeled", "bootstrap", "knn")
 #: demo sources a trial may be given (``--teleprompters``): the defaults plus ``signal`` (each
@@ -128,9 +129,10 @@ def get_recipe(program: str) -> Recipe:
 
 
 def check_teleprompter(name: str) -> str:
-    if name not in TELEPROMPTERS:
+    """``name`` if a teleprompter is registered under it (built-in or added later)."""
+    if name not in teleprompter_names():
         raise ConfigError(f"unknown teleprompter {name!r}",
-                          hint=f"choose one of {', '.join(TELEPROMPTERS)}")
+                          hint=f"choose one of {', '.join(teleprompter_names())}")
     return name
 
 
