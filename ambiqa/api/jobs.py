@@ -302,6 +302,18 @@ class CompileSettings:
     program_config: dict[str, Any] | None = None
     index: str | None = None
     index_root: str | Path | None = None
+    #: per-predictor demos after the teleprompter, e.g. "verify=signal:2,write=none"
+    #: (:mod:`ambiqa.optimizers.demo_plan`)
+    demos: str | dict[str, Any] | None = None
+    #: choose on a validation split carved from the training data: zero-shot, the input
+    #: program, the result and ``candidates`` compete; zero-shot ships unless beaten
+    select: bool = True
+    #: validation questions for the choice (default a third of the training data, at most 20)
+    select_val: int | None = None
+    #: demo plans tried on top of the result (None: the program's default variants)
+    candidates: list[Any] | None = None
+    #: ship the teleprompter's result even when it loses on the validation split
+    force: bool = False
 
 
 @dataclass
@@ -383,7 +395,12 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
                                        budget=Budget(cfg.max_lm_calls), train_spec=spec,
                                        devset=devset, dev_spec=dev_spec,
                                        allow_eval_splits=cfg.allow_eval_splits,
-                                       **cfg.options)
+                                       demos=cfg.demos, select=cfg.select,
+                                       select_val=cfg.select_val, candidates=cfg.candidates,
+                                       force=cfg.force, metric_name=metric, **cfg.options)
+    selection = report.settings.get("selection") or {}
+    if selection.get("reason") or selection.get("skipped"):
+        say(selection.get("reason") or f"not checked against zero-shot: {selection['skipped']}")
     scores: dict[str, Any] = {"train": report.val_score}
     if report.val_score is not None:
         scores["train_note"] = "held-out part of the training split"

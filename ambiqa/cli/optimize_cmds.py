@@ -46,12 +46,15 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
              out: Path, config: dict[str, Any], threshold: float | None,
              console: Any, *, options: dict[str, Any] | None = None,
              max_lm_calls: int | None = None,
-             allow_eval_splits: bool = False) -> tuple[Any, dict[str, Any]]:
+             allow_eval_splits: bool = False,
+             choice: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """Compile, score on dev, save: shared by ``compile`` and ``demo``; the work is
     :func:`ambiqa.api.compile`.
 
     ``options``: extra teleprompter settings (num_candidates, mipro_trials, knn_pool,
     threads); ``threads`` also sets the questions in flight while scoring on dev.
+    ``choice``: the demo-plan and selection settings (demos, candidates, select, select_val,
+    force); None keeps the defaults (choose on a validation split).
     """
     from ambiqa.api import CompileSettings
     from ambiqa.api import compile as compile_job
@@ -61,7 +64,7 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
                                optimizer=optimizer, k=k, seed=seed, threshold=threshold,
                                out=out, max_lm_calls=max_lm_calls,
                                allow_eval_splits=allow_eval_splits, options=dict(options or {}),
-                               program_config=config or None)
+                               program_config=config or None, **(choice or {}))
     result = compile_job(program_name, settings=settings, lm=lm, retriever=retriever,
                          reader=reader, console=console)
     return result.program, result.manifest
@@ -94,6 +97,21 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
     return est
 
 
+def _choice_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo-plan and selection flags as :class:`ambiqa.api.CompileSettings` fields,
+    parsed now so a bad plan fails before any model loads."""
+    from ambiqa.optimizers.demo_plan import parse_plan
+
+    parse_plan(args.demos, default_k=args.k)
+    candidates = None
+    if args.candidates is not None:
+        candidates = [c.strip() for c in args.candidates.split(";") if c.strip()]
+        for plan in candidates:
+            parse_plan(plan, default_k=args.k)
+    return {"demos": args.demos, "candidates": candidates, "select": not args.no_select,
+            "select_val": args.select_val, "force": args.force}
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from ambiqa.optimizers.recipes import get_recipe
     from ambiqa.programs.registry import program_class
@@ -104,6 +122,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     metric = args.metric or recipe.metric
     _require_training(train, args.allow_eval_splits)
     check_int("--threads", args.threads, 1)  # before any model loads
+    choice = _choice_settings(args)
     if args.dev:
         from ambiqa.data import parse_spec
 
@@ -130,7 +149,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     compile_and_save(args.program, train, args.dev, metric, args.optimizer, args.k,
                      args.seed, retriever, lm, reader_from_args(args), out,
                      config, args.threshold, make_console(), options=options,
-                     max_lm_calls=args.max_lm_calls, allow_eval_splits=args.allow_eval_splits)
+                     max_lm_calls=args.max_lm_calls, allow_eval_splits=args.allow_eval_splits,
+                     choice=choice)
     return 0
 
 
@@ -298,6 +318,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="then give each inner predictor with a signal of its own (verifiers, "
                         "typing, rewriting, VerDICt's read) demos chosen against it, balanced "
                         "across its classes (one more pass over the training questions)")
+    p.add_argument("--demos", default=None, metavar="PLAN",
+                   help="per-predictor demos after the teleprompter: PREDICTOR=SOURCE[:k],... "
+                        "with SOURCE none|keep|gold|signal|bootstrap, e.g. "
+                        "verify=signal:2,write=gold:1,clarify=none (predictors by path, last "
+                        "part, signature or role: writer, verifier, typing, rewrite)")
+    p.add_argument("--candidates", default=None, metavar="PLANS",
+                   help="demo plans tried on top of the result on the validation split, "
+                        "separated by ';' (default for long-answer programs: "
+                        "'writer=none;writer=gold:1'; '' for none)")
+    p.add_argument("--select-val", type=at_least(1), default=None, metavar="N",
+                   help="training questions held out to choose between zero-shot, the input "
+                        "and the compiled candidates (default a third, at most 20)")
+    p.add_argument("--no-select", action="store_true",
+                   help="ship the teleprompter's result unchecked (no validation split, no "
+                        "comparison with zero-shot)")
+    p.add_argument("--force", action="store_true",
+                   help="ship the teleprompter's result even when zero-shot scores higher on "
+                        "the validation split (the comparison is still recorded)")
     p.add_argument("--reflection-lm", default=None,
                    help="gepa: the LM that reflects (simba: writes rules), any --lm spec; "
                         "default the task LM")

@@ -94,6 +94,28 @@ def provenance(manifest: dict[str, Any]) -> list[str]:
              + (f" (reader: {reader})" if reader else "")]
     lines += [f"- {label}: {manifest[key]}" for key, label in (("lm", "LM"), ("created", "created"))
               if manifest.get(key)]
+    return lines + choice_lines(manifest.get("optimizer") or {})
+
+
+def choice_lines(optimizer: dict[str, Any]) -> list[str]:
+    """The per-predictor demo plan and the validation-split choice, as the manifest records
+    them (:mod:`ambiqa.optimizers.demo_plan`, :mod:`ambiqa.optimizers.select`)."""
+    lines = []
+    plan = optimizer.get("demo_plan") or {}
+    if plan:
+        lines.append("- demos per predictor: " + ", ".join(
+            f"{name}={v.get('source')} ({v.get('demos', 0)})" for name, v in plan.items()))
+    sel = optimizer.get("selection") or {}
+    if sel.get("skipped"):
+        lines.append(f"- not checked against zero-shot: {sel['skipped']}")
+    elif sel.get("reason"):
+        lines.append(f"- chosen on the validation split: {sel['reason']}")
+        for row in sel.get("candidates") or []:
+            ci = row.get("interval_vs_zero_shot")
+            lines.append(f"  - {row.get('label')}: {sel.get('metric')} {row.get('mean', 0):.3f}"
+                         + (f", vs zero-shot {row.get('diff_vs_zero_shot', 0):+.3f} "
+                            f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+                         + f", {row.get('lm_calls', 0)} LM calls")
     return lines
 
 

@@ -19,6 +19,13 @@ predictor (signature)      signal, from the example's gold qa pairs
 ``PseudoInterpretations``  one of the program's readings gives (:func:`coverage`); a call counts
                            as right when the readings cover at least half of them. The class of
                            a typing call is the type it wrote (demos are balanced across types).
+``ClarifyFromPassages``    clarification (Diva, ToC): coverage of the gold qa pairs by the
+                           pairs it wrote, times the share of them whose answers are distinct
+                           (a duplicated reading costs); right at half or more.
+``WriteLongAnswer``        the long-answer writer: the share of the distinct readings it was
+                           given that the answer states, times how near its length is to the
+                           references' (shorter/longer ratio of word counts); right at half or
+                           more. So a demo states every reading, in the references' form.
 =========================  =====================================================================
 
 :func:`collect_traces` runs a program on training questions with DSPy's trace on and keeps
@@ -28,9 +35,10 @@ verifier), preferring calls the signal says were right and, among those, calls f
 with the better end score. A class with no right call is filled by *relabelling* a call whose
 input belongs to it (the verifier shown passages without the answer, with ``no`` as its
 output), so both classes are shown even when the model never answered one of them correctly.
-Predictors without a signal (clarification, the long answer) keep the demos the end metric
-chose. :func:`accuracy_from_rows` and :func:`accuracy_from_traces` report each predictor's
-accuracy against its signal, from stored ``results.jsonl`` rows or from collected traces.
+Predictors without a signal (closed book, ReSP's and EoR's short-answer readers) keep the
+demos the end metric chose. :func:`accuracy_from_rows` and :func:`accuracy_from_traces`
+report each predictor's accuracy against its signal, from stored ``results.jsonl`` rows or
+from collected traces.
 """
 
 from __future__ import annotations
@@ -64,7 +72,9 @@ VERIFIERS = ("VerifyRetrieval",)
 SELF_VERIFIERS = ("SelfVerify", "SelfVerifyEvidence", "SelfVerifyStrict")
 READERS = ("InterpretFromPassage",)
 READING_MAKERS = ("TypeAmbiguity", "PseudoInterpretations")
-SIGNALLED = VERIFIERS + SELF_VERIFIERS + READERS + READING_MAKERS
+CLARIFIERS = ("ClarifyFromPassages",)
+WRITERS = ("WriteLongAnswer",)
+SIGNALLED = VERIFIERS + SELF_VERIFIERS + READERS + READING_MAKERS + CLARIFIERS + WRITERS
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,54 @@ def judge_call(signature: str, inputs: dict[str, Any], outputs: dict[str, Any], 
         cls = (str(outputs.get("ambiguity_type")) if signature == "TypeAmbiguity"
                else "rewrite")
         return Judgement(signature, None, cls, coverage(readings, example))
+    if signature in CLARIFIERS:
+        return Judgement(signature, None, "clarify", clarify_score(outputs.get("pairs"), example))
+    if signature in WRITERS:
+        given = given_answers(str(inputs.get("interpretations", "")))
+        return Judgement(signature, None, "write",
+                         writer_score(str(outputs.get("long_answer", "")), given, example))
     return None
+
+
+def clarify_score(pairs: Any, example: Any) -> float:
+    """Coverage of the gold qa pairs by the written pairs' answers, times the share of the
+    written pairs whose answers are distinct (two readings with one answer are one reading)."""
+    answers = [str(field_value(p, "answer", "") or "") for p in (pairs or [])]
+    answers = [a for a in answers if normalize_answer(a)]
+    if not answers:
+        return 0.0
+    distinct = len({normalize_answer(a) for a in answers}) / len(answers)
+    return coverage(answers, example) * distinct
+
+
+def given_answers(interpretations: str) -> list[str]:
+    """The distinct answers of the ``- question -> answer`` lines a writer was given."""
+    seen: dict[str, str] = {}
+    for line in interpretations.splitlines():
+        _, arrow, answer = line.partition(" -> ")
+        if arrow and normalize_answer(answer):
+            seen.setdefault(normalize_answer(answer), answer.strip())
+    return list(seen.values())
+
+
+def reference_words(example: Any) -> float | None:
+    """Median word count of the example's reference long answers (None without any)."""
+    longs = [len(str(t).split()) for t in field_value(example, "long_answers", []) or []]
+    longs = sorted(n for n in longs if n)
+    return float(longs[len(longs) // 2]) if longs else None
+
+
+def writer_score(long_answer: str, given: list[str], example: Any) -> float:
+    """Share of the ``given`` readings' answers the long answer states (1 when it was given
+    none), times min/max of its length and the references' median length (1 without one)."""
+    words = len(long_answer.split())
+    if not words:
+        return 0.0
+    stated = (sum(answer_in_passages([a], [long_answer]) for a in given) / len(given)
+              if given else 1.0)
+    ref = reference_words(example)
+    form = min(words, ref) / max(words, ref) if ref else 1.0
+    return stated * form
 
 
 def _class_judgement(signature: str, expected: str, predicted: str | None) -> Judgement:

@@ -144,7 +144,7 @@ def test_compile_save_load_reopens_the_recorded_index(bm25, tmp_path, fresh_dspy
     train = load_dataset("demo:train:4")
     art = tmp_path / "rag.json"
     result = ambiqa.compile("vanilla_rag", train, optimizer="labeled", k=1, out=art,
-                            lm=vanilla_rag_lm(), retriever=bm25.retriever)
+                            lm=vanilla_rag_lm(), retriever=bm25.retriever, select=False)
     assert isinstance(result, ambiqa.CompileResult) and result.path == art
     assert result.manifest["retriever"] == {"kind": "bm25", "index": "towns",
                                             "fingerprint": bm25.fingerprint}

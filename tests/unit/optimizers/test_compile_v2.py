@@ -58,7 +58,9 @@ def test_each_signal_judges_its_predictor_from_gold_data():
     typed = judge_call("TypeAmbiguity", {"question": "q"}, {"ambiguity_type": "AmbSub"}, EX,
                        pred)
     assert typed.score == 0.5 and typed.correct and typed.predicted == "AmbSub"
-    assert judge_call("ClarifyFromPassages", {}, {}, EX) is None
+    # clarify and the writer have signals now (issue 46); closed book still has none
+    assert judge_call("ClarifyFromPassages", {}, {}, EX).score == 0.0
+    assert judge_call("ClosedBookLongAnswer", {}, {}, EX) is None
     assert is_gold_answer("1933", EX) and not is_gold_answer("1934", EX)
     assert coverage(["2019", "1933", "x"], EX) == 1.0
 

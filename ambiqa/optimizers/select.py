@@ -1,0 +1,211 @@
+"""The compile chooses: candidates scored on a validation split, and no regression shipped.
+
+A teleprompter's output is a *candidate*, not the answer. DSPy's BootstrapFewShot keeps the
+first traces that pass a threshold and never compares its result with the program it started
+from; compiled Diva shipped that way scored below zero-shot Diva
+(``benchmarks/results/compile-v3``). So every compile ends here:
+
+1. a **validation split** is carved out of the training data before the teleprompter runs
+   (never dev or test; the teleprompter never sees it);
+2. the **candidates** -- always the zero-shot program and the input program, the
+   teleprompter's result, and any demo-plan variants of it (``write=none``, ...) -- are each
+   scored on every validation question with the compile metric;
+3. the best mean wins, with its paired 95% interval against zero-shot on the same questions;
+   when no candidate beats zero-shot the compile says so in one line and ships zero-shot,
+   unless ``force`` asks for the teleprompter's result anyway.
+
+**Cheap candidates.** Candidates that differ only downstream (say, only in the writer's
+demos) would pay again for every upstream LM call. :class:`CallMemo` remembers each
+predictor call by (predictor, its demos and instructions, its inputs): a predictor whose state
+and inputs are the same as in a candidate already scored is answered from memory, so a
+writer-only candidate costs one LM call per question. Sharing upstream answers also makes
+the comparison cleaner: at temperature > 0, candidates that differ only in the writer are
+compared on the same upstream readings and passages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambiqa.tracing import record_event, track
+
+ZERO_SHOT = "zero-shot"
+INPUT = "input"
+
+
+def _state_key(predictor: Any) -> str:
+    """A digest of what decides a predictor's prompt: its demos, instructions and fields."""
+    state = predictor.dump_state()
+    state.pop("lm", None)
+    text = json.dumps(state, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class CallMemo:
+    """Predictor calls remembered across candidates (thread-safe; programs vote in parallel)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[str, str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @contextmanager
+    def installed(self, program: Any) -> Iterator[None]:
+        """Answer ``program``'s predictor calls from memory while inside the block."""
+        patched = []
+        for name, predictor in program.named_predictors():
+            state = _state_key(predictor)
+            # the class's forward, bound by hand: reading ``predictor.forward`` makes DSPy warn
+            original = type(predictor).forward.__get__(predictor)
+            predictor.forward = self._wrap(name, state, original)
+            patched.append(predictor)
+        try:
+            yield
+        finally:
+            for predictor in patched:
+                predictor.__dict__.pop("forward", None)
+
+    def _wrap(self, name: str, state: str, original: Any) -> Any:
+        def forward(**kwargs: Any) -> Any:
+            key = (name, state, repr(sorted((k, repr(v)) for k, v in kwargs.items())))
+            with self._lock:
+                if key in self._memo:
+                    self.hits += 1
+                    return self._memo[key]
+            result = original(**kwargs)
+            with self._lock:
+                self.misses += 1
+                self._memo.setdefault(key, result)
+            return result
+        return forward
+
+
+@dataclass
+class Candidate:
+    """One program the compile may ship, and where it came from."""
+
+    label: str
+    program: Any
+    note: str = ""
+
+
+@dataclass
+class Selection:
+    """What the choice saw and decided (stored in the manifest as ``optimizer.selection``)."""
+
+    metric: str
+    n_val: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    shipped: str = ZERO_SHOT
+    reason: str = ""
+    forced: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "n_val": self.n_val, "candidates": self.rows,
+                "shipped": self.shipped, "reason": self.reason, "forced": self.forced}
+
+    def line(self) -> str:
+        """The one line a compile prints about its choice."""
+        return self.reason
+
+
+def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallMemo,
+               budget: Any) -> dict[str, Any]:
+    scores: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    hits0 = memo.hits
+    with track() as trace, memo.installed(candidate.program):
+        for ex in valset:
+            if budget is not None:
+                budget.check()
+            try:
+                pred = candidate.program(question=ex.question)
+            except Exception as exc:  # one failing question scores 0, as in any evaluation
+                errors += 1
+                record_event("select", f"{candidate.label} failed: {type(exc).__name__}"[:200])
+                scores.append(0.0)
+                continue
+            try:
+                value = float(metric(ex, pred))
+            except (TypeError, ValueError):
+                value = 0.0
+            scores.append(0.0 if math.isnan(value) else value)
+    cost = trace.summary()
+    return {"label": candidate.label, "note": candidate.note, "scores": scores,
+            "mean": sum(scores) / len(scores) if scores else 0.0, "errors": errors,
+            "lm_calls": cost.get("lm_calls", 0), "memo_hits": memo.hits - hits0,
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _paired(scores: list[float], base: list[float]) -> list[float] | None:
+    from ambiqa.evaluation.stats import paired_interval
+
+    lo, hi, _ = paired_interval("score", [scores], [base])
+    return None if math.isnan(lo) else [round(lo, 4), round(hi, 4)]
+
+
+def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metric_name: str,
+           preferred: str, force: bool = False, budget: Any = None,
+           ) -> tuple[Any, Selection]:
+    """Score every candidate on ``valset``; return (the program to ship, the selection).
+
+    ``candidates[0]`` must be the zero-shot program. ``preferred`` is the label of the
+    teleprompter's own result, shipped whatever the scores when ``force``. Candidates whose
+    programs have the same state as an earlier one are scored once (listed as duplicates).
+    """
+    if not candidates or candidates[0].label != ZERO_SHOT:
+        raise ValueError("the zero-shot program must be the first candidate")
+    memo = CallMemo()
+    sel = Selection(metric=metric_name, n_val=len(valset), forced=force)
+    seen: dict[str, dict[str, Any]] = {}
+    results: list[tuple[Candidate, dict[str, Any]]] = []
+    for cand in candidates:
+        key = json.dumps({n: _state_key(p) for n, p in cand.program.named_predictors()},
+                         sort_keys=True)
+        if key in seen:
+            row = {**seen[key], "label": cand.label, "note": cand.note,
+                   "same_as": seen[key]["label"], "lm_calls": 0, "seconds": 0.0}
+        else:
+            row = _score_one(cand, valset, metric, memo, budget)
+            seen[key] = row
+        results.append((cand, row))
+    base = results[0][1]["scores"]
+    for _, row in results:
+        row["diff_vs_zero_shot"] = round(row["mean"] - results[0][1]["mean"], 4)
+        row["interval_vs_zero_shot"] = (None if row["label"] == ZERO_SHOT
+                                        else _paired(row["scores"], base))
+    best_cand, best = max(results, key=lambda cr: (cr[1]["mean"], cr[0].label == ZERO_SHOT))
+    by_label = {c.label: (c, r) for c, r in results}
+    zero_mean = results[0][1]["mean"]
+    if force and preferred in by_label:
+        ship, row = by_label[preferred]
+        sel.reason = (f"shipping {preferred} as forced: {metric_name} {row['mean']:.3f} vs "
+                      f"zero-shot {zero_mean:.3f} on {len(valset)} validation questions")
+    elif best["mean"] > zero_mean:
+        ship, row = best_cand, best
+        ci = row["interval_vs_zero_shot"]
+        sel.reason = (f"shipping {ship.label}: {metric_name} {row['mean']:.3f} vs zero-shot "
+                      f"{zero_mean:.3f} on {len(valset)} validation questions, paired "
+                      f"difference {row['diff_vs_zero_shot']:+.3f} "
+                      + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "(no interval)"))
+    else:
+        ship, row = results[0]
+        sel.reason = (f"no candidate beat zero-shot on {len(valset)} validation questions "
+                      f"({metric_name} {zero_mean:.3f}; best other "
+                      f"{max((r['mean'] for c, r in results[1:]), default=zero_mean):.3f}): "
+                      "shipping zero-shot (force=True / --force ships the compiled one)")
+    sel.shipped = ship.label
+    sel.rows = [{k: v for k, v in r.items() if k != "scores"} | {"scores": r["scores"]}
+                for _, r in results]
+    record_event("select", sel.reason[:300])
+    return ship.program, sel

@@ -1,0 +1,250 @@
+"""A compile that chooses: per-predictor demo plans, the validation-split choice against
+zero-shot (refusing a worse candidate), cheap downstream candidates, the optimizer registry,
+and the clarify / writer signals -- all with the scripted LM, so every call is counted."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+import ambiqa
+from ambiqa.data import demo_corpus_path, load_corpus, load_dataset
+from ambiqa.errors import ConfigError
+from ambiqa.evaluation.registry import dspy_metric
+from ambiqa.optimizers.artifact import load_artifact, read_artifact
+from ambiqa.optimizers.compile import compile_program
+from ambiqa.optimizers.demo_plan import DemoSource, apply_plan, match_predictor, parse_plan
+from ambiqa.optimizers.export import provenance
+from ambiqa.optimizers.recipes import check_teleprompter
+from ambiqa.optimizers.registry import (
+    Teleprompter,
+    get_teleprompter,
+    register_teleprompter,
+    teleprompter_names,
+)
+from ambiqa.optimizers.signals import clarify_score, given_answers, writer_score
+from ambiqa.programs.vanilla_rag import VanillaRAG
+from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.testing import ScriptedEngine, titles_as_answers
+
+
+class TurnEngine(ScriptedEngine):
+    """A scripted engine that also tells its handlers whether the prompt carried demos (a
+    prompt with demos has more than one user turn)."""
+
+    with_demos = False
+
+    def complete(self, request):
+        self.with_demos = len(request.messages) > 1
+        return super().complete(request)
+
+
+def writer_lm(use_lm, *, demos_help: bool):
+    """VanillaRAG's LM: clarify by titles; the writer states the readings when it has demos
+    (``demos_help``) or when it has none (not ``demos_help``), else writes nothing useful."""
+    engine = TurnEngine({
+        "ClarifyFromPassages": titles_as_answers,
+        "WriteLongAnswer": lambda inp: {"long_answer": (
+            "Answers: " + inp["interpretations"] if engine.with_demos == demos_help
+            else "I cannot say.")},
+    })
+    use_lm(dspy.LM("scripted/fake", engine=engine, cache=False, num_retries=0))
+    return engine
+
+
+@pytest.fixture()
+def rag():
+    return VanillaRAG(InMemoryRetriever(load_corpus(demo_corpus_path())), k=2)
+
+
+def _compile(program, **kw):
+    kw.setdefault("optimizer", "labeled")
+    return compile_program(program, load_dataset("demo:train"), metric=dspy_metric("str-em"),
+                           k=2, metric_name="str-em", **kw)
+
+
+def _rows(report):
+    return {r["label"]: r for r in report.settings["selection"]["candidates"]}
+
+
+# ---- the choice -------------------------------------------------------------------------------
+def test_compile_refuses_a_worse_candidate_and_ships_zero_shot(use_lm, rag):
+    writer_lm(use_lm, demos_help=False)  # gold writer demos make this writer worse
+    compiled, report = _compile(rag, select=True)
+    sel = report.settings["selection"]
+    rows = _rows(report)
+    assert sel["n_val"] == 3 and sel["shipped"] == "zero-shot"
+    assert sel["reason"].startswith("no candidate beat zero-shot on 3 validation questions")
+    assert rows["labeled"]["mean"] < rows["zero-shot"]["mean"]
+    assert rows["labeled"]["interval_vs_zero_shot"][1] <= 0
+    assert all(not p.demos for _, p in compiled.named_predictors())
+    # forced, the teleprompter's result ships and the comparison is still recorded
+    forced, report = _compile(rag, select=True, force=True)
+    assert report.settings["selection"]["shipped"] == "labeled"
+    assert report.settings["selection"]["forced"] is True
+    assert dict(forced.named_predictors())["long_answer.write"].demos
+
+
+def test_compile_ships_a_better_candidate_with_its_paired_interval(use_lm, rag):
+    writer_lm(use_lm, demos_help=True)
+    compiled, report = _compile(rag, select=True)
+    sel = report.settings["selection"]
+    assert sel["shipped"] in ("labeled", "labeled+writer=gold:1")
+    shipped = _rows(report)[sel["shipped"]]
+    assert shipped["mean"] > _rows(report)["zero-shot"]["mean"]
+    assert shipped["interval_vs_zero_shot"] is not None
+    assert report.val_score == shipped["mean"]
+    assert dict(compiled.named_predictors())["long_answer.write"].demos
+
+
+def test_validation_questions_are_never_trained_on(use_lm, rag):
+    writer_lm(use_lm, demos_help=True)
+    train = load_dataset("demo:train")
+    compiled, report = compile_program(rag, train, optimizer="labeled",
+                                       metric=dspy_metric("str-em"), k=10, select=True,
+                                       select_val=2)
+    assert report.settings["selection"]["n_val"] == 2
+    shown = {d.question for _, p in compiled.named_predictors() for d in p.demos}
+    # 10 training questions, 2 held out: at most 8 can be demos, and none is a held-out one
+    assert 0 < len(shown) <= 8
+
+
+def test_writer_only_candidates_reuse_the_upstream_calls(use_lm, rag):
+    engine = writer_lm(use_lm, demos_help=True)
+    before = len(engine.calls)
+    _, report = _compile(rag, select=True)
+    rows = _rows(report)
+    n = report.settings["selection"]["n_val"]
+    # a full candidate pays clarify + writer per question ...
+    assert rows["zero-shot"]["lm_calls"] == 2 * n
+    assert rows["labeled"]["lm_calls"] == 2 * n
+    # ... the writer-only variants pay the writer alone: clarify comes from memory
+    for label in ("labeled+writer=none", "labeled+writer=gold:1"):
+        assert rows[label]["memo_hits"] >= n
+        assert rows[label]["lm_calls"] <= n
+    # the input program is the zero-shot one here: scored once, listed as the same
+    assert rows["input"]["same_as"] == "zero-shot" and rows["input"]["lm_calls"] == 0
+    assert len(engine.calls) - before == sum(r["lm_calls"] for r in rows.values())
+
+
+def test_under_three_training_questions_the_choice_is_skipped_and_said(use_lm, rag):
+    writer_lm(use_lm, demos_help=True)
+    _, report = compile_program(rag, load_dataset("demo:train")[:2], optimizer="labeled",
+                                metric=dspy_metric("str-em"), k=1, select=True)
+    assert "too few" in report.settings["selection"]["skipped"]
+
+
+# ---- demo plans -------------------------------------------------------------------------------
+def test_demo_plan_parses_and_names_predictors_every_way(rag):
+    plan = parse_plan("writer=gold:1, clarify=none,long_answer.write=keep".replace(
+        ",long_answer.write=keep", ""), default_k=2)
+    assert plan == {"writer": DemoSource("gold", 1), "clarify": DemoSource("none")}
+    assert parse_plan("write=signal") == {"write": DemoSource("signal", 2)}
+    assert parse_plan("write=gold:0") == {"write": DemoSource("none")}
+    for key in ("write", "long_answer.write", "WriteLongAnswer", "writer"):
+        assert match_predictor(rag, key) == "long_answer.write"
+    with pytest.raises(ConfigError, match="no predictor 'verifier'") as err:
+        match_predictor(rag, "verifier")
+    assert "clarify.clarify (ClarifyFromPassages)" in err.value.hint
+    for bad in ("write=fancy", "write", "write=gold:x", "write=none:2", "write=gold:1,write=none"):
+        with pytest.raises(ConfigError):
+            parse_plan(bad)
+
+
+def test_demo_plan_sources_compose(use_lm, rag):
+    engine = writer_lm(use_lm, demos_help=False)  # the writer, demo-less, states the readings
+    train = load_dataset("demo:train")
+    program = rag.deepcopy()
+    applied = apply_plan(program, parse_plan("clarify=gold:2,writer=none"), train)
+    preds = dict(program.named_predictors())
+    assert len(preds["clarify.clarify"].demos) == 2 and preds["long_answer.write"].demos == []
+    assert applied["clarify.clarify"] == {"source": "gold:2", "demos": 2}
+    assert not engine.calls  # gold and none cost no LM call
+    # the writer's own signal: one traced pass, demos that state every reading given
+    applied = apply_plan(program, parse_plan("writer=signal:1"), train[:4],
+                         metric=dspy_metric("str-em"))
+    assert applied["long_answer.write"]["demos"] == 1
+    demo = preds["long_answer.write"].demos[0]
+    assert demo.long_answer.startswith("Answers:")
+    with pytest.raises(ConfigError, match="no gold demos"):
+        apply_plan(program, parse_plan("writer=gold:1"), load_dataset("demo:train")[:0] or
+                   [dspy.Example(question="q?").with_inputs("question")])
+
+
+def test_plan_and_choice_are_recorded_reloaded_and_exported(use_lm, rag, tmp_path):
+    writer_lm(use_lm, demos_help=True)
+    out = tmp_path / "rag.json"
+    result = ambiqa.compile(rag, load_dataset("demo:train"), optimizer="labeled", k=2,
+                            metric="str-em", demos="clarify=gold:1", out=out)
+    opt = read_artifact(out)["manifest"]["optimizer"]
+    assert opt["demo_plan"]["clarify.clarify"] == {"source": "gold:1", "demos": 1}
+    assert opt["selection"]["shipped"] == result.report.settings["selection"]["shipped"]
+    reloaded = load_artifact(out, retriever=rag.retriever)
+    assert {n: len(p.demos) for n, p in reloaded.named_predictors()} == \
+        {n: len(p.demos) for n, p in result.program.named_predictors()}
+    text = "\n".join(provenance(read_artifact(out)["manifest"]))
+    assert "demos per predictor: clarify.clarify=gold:1 (1)" in text
+    assert "chosen on the validation split" in text and "zero-shot" in text
+
+
+# ---- the registry -----------------------------------------------------------------------------
+def test_a_registered_teleprompter_is_found_by_compile_and_the_cli_names():
+    @register_teleprompter
+    class FirstTrainingQuestion(Teleprompter):
+        name = "first-question"
+        summary = "every predictor shows the first training question's gold demo"
+
+        def compile(self, student, job):
+            from ambiqa.optimizers.demos import labeled_demos
+            from ambiqa.optimizers.teleprompters import apply_labeled
+
+            compiled = student.deepcopy()
+            apply_labeled(compiled, labeled_demos(job.trainset[:1]), 1, job.seed)
+            return compiled
+
+    assert "first-question" in teleprompter_names()
+    assert check_teleprompter("first-question") == "first-question"
+    assert get_teleprompter("first-question") is FirstTrainingQuestion
+    program = VanillaRAG(InMemoryRetriever(load_corpus(demo_corpus_path())), k=2)
+    compiled, report = compile_program(program, load_dataset("demo:train"),
+                                       optimizer="first-question")
+    assert report.optimizer == "first-question"
+    assert dict(compiled.named_predictors())["clarify.clarify"].demos
+    with pytest.raises(ConfigError, match="unknown teleprompter"):
+        get_teleprompter("no-such")
+
+
+def test_builtin_teleprompters_load_lazily_with_their_summaries():
+    from ambiqa.optimizers.registry import BUILTIN, teleprompter_summaries
+
+    assert tuple(BUILTIN) == teleprompter_names()[:len(BUILTIN)]
+    for name in BUILTIN:
+        cls = get_teleprompter(name)
+        assert cls.name == name and cls.summary == teleprompter_summaries()[name]
+
+
+# ---- signals for clarify and the writer -------------------------------------------------------
+GOLD = {"qa_pairs": [{"question": "a?", "short_answers": ["Paris"]},
+                     {"question": "b?", "short_answers": ["Lyon"]}],
+        "long_answers": ["In one sense Paris; in another sense Lyon, which is the answer too."]}
+
+
+def test_clarify_signal_rewards_coverage_and_penalises_duplicates():
+    both = [{"question": "x", "answer": "Paris"}, {"question": "y", "answer": "Lyon"}]
+    dup = [{"question": "x", "answer": "Paris"}, {"question": "y", "answer": "paris"}]
+    assert clarify_score(both, GOLD) == 1.0
+    assert clarify_score(dup, GOLD) == 0.25  # half covered x half distinct
+    assert clarify_score([], GOLD) == 0.0
+
+
+def test_writer_signal_wants_every_reading_given_in_the_references_length():
+    given = given_answers("- a? -> Paris\n- b? -> Lyon\n- c? -> paris")
+    assert given == ["Paris", "Lyon"]
+    ref_len = len(GOLD["long_answers"][0].split())
+    full = "Paris is one answer and Lyon is the other answer to this question."
+    assert len(full.split()) == ref_len
+    assert writer_score(full, given, GOLD) == 1.0
+    longer = full + " " + " ".join(["more"] * ref_len)
+    assert writer_score(longer, given, GOLD) == pytest.approx(0.5)
+    assert writer_score("Paris.", given, GOLD) == pytest.approx(0.5 * 1 / ref_len)
+    assert writer_score("", given, GOLD) == 0.0
