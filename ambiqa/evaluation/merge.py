@@ -7,8 +7,10 @@ every question exactly once. Each part records ``part`` (``"I/N"``) and ``part_i
 example ids, in data order) in its ``run.json``; ``part`` is a resume setting, so a part
 never resumes into another part's directory.
 
-``ambiqa merge RUN_DIR... --out DIR`` (:func:`merge_runs`) refuses parts whose ``run.json``
-differ in anything but the part (naming each difference), parts of different N, missing or
+``ambiqa merge RUN_DIR... --out DIR`` (:func:`merge_runs`) refuses parts made from different
+versions of the data (each part records ``data_sha``, the fingerprint of every data row, and
+``data_rows``), parts whose ``run.json`` differ in anything but the part (naming each
+difference), parts of different N, missing or
 repeated parts, rows outside a part's slice, overlapping rows and unfinished parts. It then
 writes one run directory whose ``run.json`` is the one a single process would have written
 and whose ``results.jsonl`` holds the rows in data order, so the summary (headline means,
@@ -28,6 +30,7 @@ from typing import Any
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.evaluation.run_dir import (
     ResultsFile,
+    data_fingerprint,
     ensure_writable_dir,
     read_run_json,
     write_error,
@@ -96,7 +99,9 @@ def part_of(examples: list[Any], text: str | None) -> tuple[list[Any], dict[str,
     if any(i in (None, "") for i in ids):
         raise ConfigError(f"--part {part}: these examples have no ids, so parts could not be "
                           "merged", hint="evaluate a data set whose examples carry ids")
-    return chosen, {"part": str(part), "part_ids": [str(i) for i in ids]}
+    # the fingerprint of the *whole* data set, equal in every part made from the same data
+    return chosen, {"part": str(part), "part_ids": [str(i) for i in ids],
+                    **data_fingerprint(examples)}
 
 
 @dataclass
@@ -146,9 +151,27 @@ def _differences(parts: list[_Part]) -> list[str]:
     return out
 
 
+def _check_data(parts: list[_Part]) -> None:
+    """Refuse parts made from different versions of the data (an edited, added or deleted
+    row): their slices no longer tile one data set, so the merged run would hold rows of two
+    versions (8 rows for a 7-row file). Parts written before the fingerprint was recorded
+    carry none and are left to the other checks."""
+    shas = {p.meta.get("data_sha") for p in parts}
+    if len(shas) <= 1:
+        return
+    shown = "; ".join(f"part {p.part} ({p.path}): {p.meta.get('data_rows', '?')} rows, "
+                      f"fingerprint {p.meta.get('data_sha') or 'none (older ambiqa)'}"
+                      for p in parts)
+    raise ConfigError(f"refusing to merge parts made from different versions of the data "
+                      f"({shown})",
+                      hint="rerun the parts made from the old data with --resume on the data "
+                           "as it is now (changed rows are redone), then merge")
+
+
 def _check(parts: list[_Part], allow_unfinished: bool) -> None:
     if not parts:
         raise ConfigError("nothing to merge", hint="pass the run directories of every part")
+    _check_data(parts)
     diffs = _differences(parts)
     if diffs:
         raise ConfigError("refusing to merge parts whose run.json differ: " + "; ".join(diffs),

@@ -23,6 +23,7 @@ page; the plots draw the same numbers the tables print.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
-from ambiqa.evaluation.run_dir import read_run_json
+from ambiqa.evaluation.run_dir import planned_rows, read_run_json
 from ambiqa.evaluation.runner import (
     ResultsFile,
     RunSpec,
@@ -41,6 +42,8 @@ from ambiqa.evaluation.runner import (
 from ambiqa.evaluation.stats import PER_QUESTION_NAME, SET_LEVEL, fmt_interval, part_arrays
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 from ambiqa.lm.redact import redact
+
+log = logging.getLogger(__name__)
 
 #: cost columns of a report, in order: key in a row's ``cost`` -> label
 COST_KEYS: dict[str, str] = {
@@ -135,6 +138,9 @@ def run_summary(rows: list[dict[str, Any]], spec: RunSpec | None,
     if spec is not None:
         base["reader"] = spec.reader
         base["judge"] = spec.judge
+        planned = planned_rows(spec.to_dict())
+        if planned is not None:
+            base["n_planned"] = planned
     if consistency:
         base["consistency"] = consistency
     return {"run": spec.to_dict() if spec else {}, **base}
@@ -421,15 +427,34 @@ def cached_line(cached: dict[str, Any], n: int) -> str:
             "with the same LM, endpoint and prompt; --no-cache asks the LM anew)")
 
 
+def completeness_line(summary: dict[str, Any]) -> str | None:
+    """The warning a report opens with when its rows are not the questions the run set out to
+    answer (``n_planned``): a killed or stopped run (12 of 40 done), or more rows than
+    planned; None for a complete run or one that recorded no plan. Its means are over the
+    rows that exist, so without this line a killed run reads as a finished one."""
+    planned, n = summary.get("n_planned"), int(summary.get("n", 0))
+    if not isinstance(planned, int) or n == planned:
+        return None
+    if n < planned:
+        return (f"incomplete run: {n} of {planned} planned questions done ({planned - n} "
+                f"without a row: killed or stopped?); its numbers are over those {n} only "
+                "(finish it with `ambiqa evaluate ... --resume`)")
+    return (f"this run holds {n} rows for {planned} planned questions (rows of another "
+            "version of the data?); resume it on the data to drop the stale ones.")
+
+
 def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str],
                  worst: list[dict[str, Any]] | None = None,
                  worst_metric: str | None = None) -> Any:
     """The run report as a :class:`ambiqa.evaluation.html.Document` (rendered to both
     ``report.md`` and ``report.html``)."""
-    from ambiqa.evaluation.html import Bullets, Code, Document, Heading, Image, Para, Table
+    from ambiqa.evaluation.html import Bold, Bullets, Code, Document, Heading, Image, Para, Table
 
     run = summary.get("run", {})
     doc = Document(f"{program_label(run.get('program') or '?')} on {run.get('data', '?')}")
+    incomplete = completeness_line(summary)
+    if incomplete:
+        doc.add(Para([Bold("Warning: "), incomplete], css="missing"))
     uses_reader = any(k in (run.get("metrics") or []) for k in ("d-f1", "dr"))
     facts = _facts(run, uses_reader)
     facts.append(f"examples: {summary['n']} ({summary['n_errors']} failed)")
@@ -649,6 +674,9 @@ def write_run_report(run_dir: str | Path, *, rows: list[dict[str, Any]] | None =
     rendered: dict[str, str] = {}
     if plots and rows:
         rendered = _draw(target, rows, summary, notes)
+    incomplete = completeness_line(summary)
+    if incomplete:  # on stderr too: `ambiqa report` on a killed run must not pass quietly
+        log.warning("%s: %s", run_dir, incomplete)
     doc = build_report(summary, rendered, notes, worst, metric)
     try:
         atomic_write_json(target / "summary.json", json_safe(summary))

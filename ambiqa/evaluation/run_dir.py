@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
-from ambiqa.fsutil import atomic_write_json
+from ambiqa.fsutil import atomic_write_json, atomic_write_text
 from ambiqa.jsonio import depth_ok, read_json
 
 
@@ -95,6 +95,9 @@ class ResultsFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        #: set by :func:`prepare_run_dir`: a resume asking for fewer examples than the run
+        #: holds (rows past its count are the run's own, not stale)
+        self.narrowed = False
 
     def read(self) -> list[dict[str, Any]]:
         """The rows, one per example id (a later row for the same id replaces the earlier).
@@ -138,6 +141,23 @@ class ResultsFile:
             tmp = self.path.with_suffix(".jsonl.tmp")
             tmp.write_bytes(data[:cut])
             os.replace(tmp, self.path)
+
+    def drop(self, ids: set[str], keep_in: Path) -> None:
+        """Remove the rows of ``ids`` from the file (atomically rewritten) after appending
+        them to ``keep_in``, so a row dropped as stale is set aside, never destroyed."""
+        rows = self.read()
+        gone = [r for r in rows if str(r["id"]) in ids]
+        if not gone:
+            return
+        try:
+            with open(keep_in, "a", encoding="utf-8") as fh:
+                fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in gone))
+                fh.flush()
+                os.fsync(fh.fileno())
+            atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                 for r in rows if str(r["id"]) not in ids))
+        except OSError as exc:
+            raise write_error(self.path, exc) from exc
 
     def append(self, row: dict[str, Any]) -> None:
         """Append one row durably; a failed write (disk full, lost permission) stops the run
@@ -220,6 +240,39 @@ def example_sha(example: Any) -> str:
         fields = {"question": str(getattr(example, "question", example))}
     text = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+#: run.json keys naming the data a run was made from: ``data_sha`` (:func:`data_fingerprint`
+#: of every row the data spec names, before ``--part`` slices it) and ``data_rows`` (how many).
+#: Not resume settings -- a resume after the data changed runs the changed rows again and
+#: drops the deleted ones, then records the new values; ``ambiqa merge`` refuses parts whose
+#: values differ (they were made from different versions of the data).
+DATA_KEYS = ("data_sha", "data_rows")
+
+
+def data_fingerprint(examples: list[Any]) -> dict[str, Any]:
+    """``{"data_sha", "data_rows"}`` of the data rows ``examples``: a hash over each row's
+    :func:`example_sha` in data order, so an edited, deleted, added or moved row changes it."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(example_sha(ex).encode("ascii") + b"\n")
+    return {"data_sha": h.hexdigest()[:16], "data_rows": len(examples)}
+
+
+def planned_rows(run: dict[str, Any]) -> int | None:
+    """How many questions the run recorded in ``run`` (a run.json) set out to answer: its
+    part's ids, else ``data_rows``, else the count of its data spec; None when unknown (a
+    whole file recorded by an ambiqa before ``data_rows``)."""
+    ids = run.get("part_ids")
+    if isinstance(ids, list):
+        return len(ids)
+    rows = run.get("data_rows")
+    if isinstance(rows, int) and not isinstance(rows, bool):
+        return rows
+    count = _count(str(run.get("data", "")))
+    return int(count) if count != float("inf") else None
 
 
 def lm_settings(lm: Any) -> dict[str, Any]:
@@ -362,6 +415,7 @@ def prepare_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> Result
         results.repair()
         if spec is not None:
             new = spec.to_dict()
+            results.narrowed = _count(spec.data) < _count(old.get("data", ""))
             if _count(spec.data) > _count(old.get("data", "")):
                 # extended to more examples of the same split; a resume asking for fewer
                 # keeps the larger spec, since results.jsonl still holds those examples
@@ -369,6 +423,8 @@ def prepare_run_dir(out_dir: Path, spec: RunSpec | None, resume: bool) -> Result
             else:  # settings an older run did not record are recorded now
                 merged = {**old, **{k: v for k, v in new.items()
                                     if k not in old and v is not None}}
+                if not results.narrowed:  # the data as it is now (changed rows are rerun)
+                    merged.update({k: new[k] for k in DATA_KEYS if k in new})
             if merged != old:
                 _write_json(meta, merged)
     elif spec is not None:

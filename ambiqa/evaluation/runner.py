@@ -40,6 +40,7 @@ from ambiqa.evaluation.run_dir import (
     ResultsFile,
     RunSpec,
     check_run_dir,
+    data_fingerprint,
     ensure_writable_dir,
     example_sha,
     lm_settings,
@@ -217,16 +218,49 @@ def _with_lm_settings(spec: RunSpec | None) -> RunSpec | None:
     return dataclasses.replace(spec, **fill) if fill else spec
 
 
+def _with_data_fingerprint(spec: RunSpec | None, examples: list[Any]) -> RunSpec | None:
+    """``spec`` with ``data_sha`` / ``data_rows`` of ``examples`` (:func:`data_fingerprint`)
+    unless the caller recorded them (a ``--part`` records those of the whole data set)."""
+    if spec is None or "data_sha" in spec.extra:
+        return spec
+    import dataclasses
+
+    return dataclasses.replace(spec, extra={**spec.extra, **data_fingerprint(examples)})
+
+
+#: where a resume sets aside the rows it drops as stale (beside results.jsonl)
+STALE_FILE = "results.stale.jsonl"
+
+
+def _drop_stale(rows: list[dict[str, Any]], examples: list[Any], results: ResultsFile,
+                out_dir: Path) -> list[dict[str, Any]]:
+    """The recorded rows whose question is still in the data. A row whose example was
+    deleted from the data file (or left this part's slice) would otherwise stay in every
+    summary (n = 9 for 8 rows); it is moved to :data:`STALE_FILE` and counted in one line."""
+    ids = {example_id(ex, i) for i, ex in enumerate(examples)}
+    stale = {str(r["id"]) for r in rows if str(r["id"]) not in ids}
+    if not stale:
+        return rows
+    results.drop(stale, out_dir / STALE_FILE)
+    shown = sorted(stale)
+    log.warning("dropped %d recorded row(s) whose question is no longer in the data (set "
+                "aside in %s): %s", len(stale), STALE_FILE,
+                ", ".join(shown[:20]) + (" ..." if len(shown) > 20 else ""))
+    return [r for r in rows if str(r["id"]) not in stale]
+
+
 def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
               out_dir: Path | None, spec: RunSpec | None, resume: bool, threads: int,
               max_error_rate: float, progress: bool, timeout_s: float | None,
               retry_errors: bool, report: ReportWriter | None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     results: ResultsFile | None = None
-    spec = _with_lm_settings(spec)
+    spec = _with_data_fingerprint(_with_lm_settings(spec), examples)
     if out_dir is not None:
         results = prepare_run_dir(out_dir, spec, resume)
         rows = results.read() if resume else []
+        if rows and not results.narrowed:
+            rows = _drop_stale(rows, examples, results, out_dir)
     if retry_errors:
         rows = [r for r in rows if not r.get("error")]
     shas = {example_id(ex, i): example_sha(ex) for i, ex in enumerate(examples)}

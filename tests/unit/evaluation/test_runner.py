@@ -327,7 +327,8 @@ def test_an_old_run_extends_with_additive_run_json(tmp_path):
     evaluate(EchoProgram(), _examples(3), {"em": _em}, out_dir=tmp_path, spec=spec,
              resume=True, progress=False, report=write_run_report)
     meta = json.loads((tmp_path / "run.json").read_text())
-    assert meta == {**old, "data": "toy:dev:3"}
+    assert meta == {**old, "data": "toy:dev:3", "data_rows": 3,  # the data's fingerprint added
+                    "data_sha": meta["data_sha"]}
     summary = json.loads((tmp_path / "summary.json").read_text())
     for key in ("run", "n", "n_errors", "metrics", "cost"):  # the keys older readers use
         assert key in summary
