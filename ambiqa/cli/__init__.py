@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import nullcontext
 
 from ambiqa.cli import eval_cmds, optimize_cmds, reader_cmds, retrieval_cmds, run_cmds, scale_cmds
+from ambiqa.cli.notes import LIVE_WARNINGS, folded_dspy_warnings
 from ambiqa.errors import AmbiqaError
 
 EXIT_USER_ERROR = 2
@@ -44,17 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     from ambiqa.lm.redact import install_excepthook, redact
 
     install_excepthook()  # a bug's traceback is printed redacted, too
-    try:
-        return int(args.fn(args) or 0)
-    except AmbiqaError as exc:
-        if os.environ.get("AMBIQA_DEBUG") == "1":
-            raise  # printed by the redacting hook installed above
-        print(f"ambiqa: error: {redact(str(exc))}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("ambiqa: interrupted; finished work is kept (rerun with --resume where offered)",
-              file=sys.stderr)
-        return 130
+    # DSPy's warnings: one ambiqa note each, at the end (a server logs them as they come)
+    with nullcontext() if args.command in LIVE_WARNINGS else folded_dspy_warnings():
+        try:
+            return int(args.fn(args) or 0)
+        except AmbiqaError as exc:
+            if os.environ.get("AMBIQA_DEBUG") == "1":
+                raise  # printed by the redacting hook installed above
+            print(f"ambiqa: error: {redact(str(exc))}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except KeyboardInterrupt:
+            print("ambiqa: interrupted; finished work is kept (rerun with --resume where "
+                  "offered)", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

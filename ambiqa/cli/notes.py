@@ -2,12 +2,13 @@
 
 DSPy logs a paragraph per event ("LM response was truncated due to exceeding max_tokens=...
 You can inspect ... consider increasing the temperature ..."), once per LM call, into the
-middle of a command's output. While :func:`folded_dspy_warnings` is active, a filter on the
-handlers of DSPy's ``dspy`` logger counts those warnings instead of printing them; on exit
-one line per kind goes to stderr:
+middle of a command's output (between an answer's lines, through a progress bar). While
+:func:`folded_dspy_warnings` is active -- for the whole of every command but ``serve``, in
+``ambiqa.cli.main`` -- a filter on the handlers of DSPy's ``dspy`` logger counts those
+warnings instead of printing them; at the end one line per kind goes to stderr:
 
     ambiqa: note: 2 LM replies were cut off at their token limit (DSPy: "LM response was
-    truncated"); the answer may be incomplete
+    truncated"); answers built on them may be incomplete
 
 Errors and DSPy's info messages pass through untouched, and so does everything once the
 block ends (the filter is removed).
@@ -24,6 +25,9 @@ from typing import TextIO
 
 #: the start of DSPy's truncation warning (dspy.clients.lm.LM._check_truncation)
 TRUNCATED = "LM response was truncated"
+
+#: commands whose DSPy warnings are logged as they come, not folded: a server runs for hours
+LIVE_WARNINGS = frozenset({"serve"})
 
 
 class DspyWarningFold(logging.Filter):
@@ -54,7 +58,7 @@ class DspyWarningFold(logging.Filter):
             replies = "reply was cut off at its" if self.truncated == 1 else \
                 "replies were cut off at their"
             out.append(f"ambiqa: note: {self.truncated} LM {replies} token limit (DSPy: "
-                       f"\"{TRUNCATED}\"); the answer may be incomplete")
+                       f"\"{TRUNCATED}\"); answers built on them may be incomplete")
         for text, n in self.other.items():
             out.append(f"ambiqa: note: DSPy warned{f' {n} times' if n > 1 else ''}: {text}")
         return out
@@ -71,6 +75,8 @@ def _first_sentence(message: str, limit: int = 160) -> str:
 def folded_dspy_warnings(stream: TextIO | None = None) -> Iterator[DspyWarningFold]:
     """Fold DSPy's warnings logged inside the block into notes written to ``stream``
     (default stderr) when it ends, also when it ends with an exception."""
+    import dspy  # noqa: F401  (its import installs the "dspy" logger's handler)
+
     fold = DspyWarningFold()
     handlers = list(logging.getLogger("dspy").handlers)
     for handler in handlers:

@@ -17,7 +17,6 @@ from ambiqa.cli.common import (
     print_prediction,
     program_or_artifact,
 )
-from ambiqa.cli.notes import folded_dspy_warnings
 from ambiqa.cli.optimize_cmds import compile_and_save, load_for_export
 from ambiqa.errors import AmbiqaError
 
@@ -28,23 +27,22 @@ def cmd_ask(args: argparse.Namespace) -> int:
     check_question(args.question)
     program = program_or_artifact(args, args.artifact or args.program)
     lm_from_args(args)
-    with folded_dspy_warnings():  # DSPy's warnings: one ambiqa note each, after the answer
-        try:
-            pred = program(question=args.question)
-        except Exception as exc:
-            from ambiqa.lm.failures import lm_failure_in, lm_unavailable
+    try:
+        pred = program(question=args.question)
+    except Exception as exc:
+        from ambiqa.lm.failures import lm_failure_in, lm_unavailable
 
-            cause = lm_failure_in(exc)
-            if cause is None:
-                raise
-            # no answer, not an empty one: one line and a non-zero exit (issue 33)
-            raise lm_unavailable(args.program or args.artifact or "ask", cause) from exc
-        if args.json:
-            from ambiqa.evaluation.runner import prediction_dict
+        cause = lm_failure_in(exc)
+        if cause is None:
+            raise
+        # no answer, not an empty one: one line and a non-zero exit (issue 33)
+        raise lm_unavailable(args.program or args.artifact or "ask", cause) from exc
+    if args.json:
+        from ambiqa.evaluation.runner import prediction_dict
 
-            print(json.dumps({**prediction_dict(pred), "trace": pred.trace}, indent=2))
-        else:
-            print_prediction(pred, make_console())
+        print(json.dumps({**prediction_dict(pred), "trace": pred.trace}, indent=2))
+    else:
+        print_prediction(pred, make_console())
     return 0
 
 

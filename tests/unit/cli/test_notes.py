@@ -109,7 +109,7 @@ def test_dspy_warnings_become_one_note_per_kind(capsys):
     assert fold.truncated == 3
     notes = [line for line in err.splitlines() if line.startswith("ambiqa: note:")]
     assert notes == ["ambiqa: note: 3 LM replies were cut off at their token limit (DSPy: "
-                     "\"LM response was truncated\"); the answer may be incomplete",
+                     "\"LM response was truncated\"); answers built on them may be incomplete",
                      "ambiqa: note: DSPy warned 2 times: Failed to set LM usage."]
     assert "You can inspect" not in err and "Please return" not in err
     assert "an error stays as DSPy wrote it" in err
@@ -155,4 +155,30 @@ def test_ask_prints_one_note_instead_of_dspys_truncation_warning(monkeypatch, ca
     assert "LM response was truncated due to" not in out + err
     assert err.strip().splitlines() == [
         "ambiqa: note: 1 LM reply was cut off at its token limit (DSPy: \"LM response was "
-        "truncated\"); the answer may be incomplete"]
+        "truncated\"); answers built on them may be incomplete"]
+
+
+def test_evaluate_folds_them_too_and_serve_does_not(tmp_path, monkeypatch, capsys):
+    import dspy
+
+    from ambiqa.cli import eval_cmds
+    from ambiqa.cli.notes import LIVE_WARNINGS
+    from ambiqa.lm import configure
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"question": "Capital of France?", "answers": ["Paris"]}\n'
+                         '{"question": "Capital of Italy?", "answers": ["Rome"]}\n')
+    lm = _truncating_lm()
+    monkeypatch.setattr(eval_cmds, "lm_from_args", lambda args: configure(lm))
+    saved = dspy.settings.lm
+    try:
+        assert main(["evaluate", "closed_book", "--data", f"jsonl:{questions}", "--metrics",
+                     "em", "--out", str(tmp_path / "run")]) == 0
+    finally:
+        dspy.configure(lm=saved)
+    out, err = capsys.readouterr()
+    assert "LM response was truncated due to" not in out + err
+    assert [line for line in err.splitlines() if line.startswith("ambiqa: note:")] == [
+        "ambiqa: note: 2 LM replies were cut off at their token limit (DSPy: \"LM response "
+        "was truncated\"); answers built on them may be incomplete"]
+    assert LIVE_WARNINGS == {"serve"}  # a server logs DSPy's warnings as they come
