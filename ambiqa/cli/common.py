@@ -129,10 +129,12 @@ def at_least(minimum: int):
     return parse
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse ``type`` for a number of seconds: finite and above 0. ``nan`` and ``inf``
+def finite_seconds(text: str) -> float:
+    """An argparse ``type`` for a number of seconds that must be finite. ``nan`` and ``inf``
     parse as floats and passed every ``<= 0`` check (``inf`` then overflowed a timer, ``nan``
-    disabled the deadline: issue 42), so they are refused here with one line."""
+    disabled the deadline: issue 42), so they are refused here, while the arguments are
+    parsed, with one line. Whether the value is positive is the command's own check (with the
+    option's name in its message), as before."""
     import math
 
     try:
@@ -140,13 +142,12 @@ def positive_seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") \
             from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, "
-                                         f"got {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
     return value
 
 
-positive_seconds.__name__ = "seconds"
+finite_seconds.__name__ = "seconds"
 
 
 def add_lm_args(p: argparse.ArgumentParser) -> None:

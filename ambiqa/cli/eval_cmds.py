@@ -17,9 +17,9 @@ from ambiqa.cli.common import (
     READER_HELP,
     add_index_args,
     add_lm_args,
+    finite_seconds,
     lm_from_args,
     make_console,
-    positive_seconds,
     program_config,
 )
 from ambiqa.errors import ConfigError
@@ -164,7 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="questions answered at once (default 1; 2 uses the embedded LM's 2 "
                         "slots)")
-    p.add_argument("--timeout-s", type=positive_seconds, default=None,
+    p.add_argument("--timeout-s", type=finite_seconds, default=None,
                    help="per-example deadline in seconds; a late example is recorded as "
                         "failed (default: none)")
     p.add_argument("--max-error-rate", type=float, default=0.5,

@@ -13,7 +13,7 @@ import argparse
 import os
 from typing import Any
 
-from ambiqa.cli.common import add_index_args, add_lm_args, positive_seconds
+from ambiqa.cli.common import add_index_args, add_lm_args, finite_seconds
 from ambiqa.errors import AmbiqaError, ConfigError
 
 
@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "endpoint)")
     p.add_argument("--queue", type=int, default=16,
                    help="requests that may wait for a free slot; more get 503 (default 16)")
-    p.add_argument("--timeout", type=positive_seconds, default=120.0,
+    p.add_argument("--timeout", type=finite_seconds, default=120.0,
                    help="seconds per request, queueing included; later is 504 (default 120)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
