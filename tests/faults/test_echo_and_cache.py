@@ -168,6 +168,11 @@ def test_a_cached_run_against_a_dead_endpoint_is_refused_and_cached_answers_are_
         again = run_cli([*args, "--out", str(tmp_path / "two"), "--api-base", url], env,
                         timeout=180)
         assert again.returncode == 0, again.stderr[-1500:]
+        # ask: the same prompt as the run's first question, so its answer is the cached one
+        asked = run_cli(["ask", QUESTIONS[0]["question"], "--program", "closed_book", "--lm",
+                         "openai/fake", "--api-base", url], env, timeout=120)
+        assert asked.returncode == 0, asked.stderr[-1500:]
+        assert "from the response cache" in " ".join(asked.stdout.split())
     finally:
         stop()
     # the repeat was answered from the cache, and every output says so
