@@ -2,34 +2,19 @@
 
 ``ambiqa --help`` and the help of the commands that take a program (``evaluate``,
 ``compile``, ``ask``, ``tune``, ``export``) end with these lists, built from the registries
-(:data:`ambiqa.programs.registry.PROGRAMS` and its ``SUMMARIES``,
-:data:`ambiqa.optimizers.recipes.TELEPROMPTERS`) so they name exactly what the commands
+(:data:`ambiqa.programs.registry.PROGRAMS` and its ``SUMMARIES``, the teleprompters'
+``summary`` in :mod:`ambiqa.optimizers.registry`) so they name exactly what the commands
 accept. Nothing here imports DSPy: ``ambiqa --help`` stays a fraction of a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import textwrap
 
-from ambiqa.optimizers.recipes import TELEPROMPTERS
+from ambiqa.optimizers.registry import teleprompter_names, teleprompter_summaries
 from ambiqa.programs.registry import PROGRAMS, SUMMARIES
-
-#: teleprompter → one line (:mod:`ambiqa.optimizers.compile` describes each in full); every
-#: name in TELEPROMPTERS has one (``tests/unit/cli/test_help.py`` checks)
-OPTIMIZER_SUMMARIES: dict[str, str] = {
-    "none": "the program as written (zero-shot), for a baseline; no LM call",
-    "labeled": "k gold demos per predictor from the training data; no LM call",
-    "bootstrap": "traces of training runs that pass the metric, as demos (default)",
-    "bootstrap-rs": "bootstrapped demo sets scored on held-out questions; best kept",
-    "knn": "per question, the k nearest demos of a gold + bootstrapped pool",
-    "mipro": "dspy.MIPROv2: instructions and demos by Bayesian search",
-    "gepa": "dspy.GEPA: instructions evolved by reflection (strong --reflection-lm)",
-    "simba": "dspy.SIMBA: mini-batch ascent adding self-written rules and demos",
-}
-
-#: the listings' width: a name column, then the line (kept short enough not to wrap)
-_WIDTH = 90
 
 #: which commands list what: programs only, or programs and optimizers
 _LISTS: dict[str, tuple[str, ...]] = {
@@ -42,10 +27,13 @@ _LISTS: dict[str, tuple[str, ...]] = {
 
 
 def _rows(items: dict[str, str]) -> list[str]:
-    column = max(len(name) for name in (*PROGRAMS, *TELEPROMPTERS)) + 4  # one for both lists
+    """``  name  its line``, one per item; a line longer than the terminal (as argparse measures
+    it, at most 120 columns) wraps under itself."""
+    column = max(len(name) for name in (*PROGRAMS, *teleprompter_names())) + 4  # both lists
+    width = max(60, min(120, shutil.get_terminal_size().columns - 2))
     lines: list[str] = []
     for name, text in items.items():
-        lines += textwrap.wrap(text, _WIDTH, initial_indent=f"  {name:<{column - 2}}",
+        lines += textwrap.wrap(text, width, initial_indent=f"  {name:<{column - 2}}",
                                subsequent_indent=" " * column) or [f"  {name}"]
     return lines
 
@@ -59,7 +47,7 @@ def programs_listing() -> str:
 def optimizers_listing() -> str:
     """One line per teleprompter (``ambiqa compile PROGRAM --optimizer NAME``)."""
     return "\n".join(["optimizers (ambiqa compile PROGRAM --optimizer NAME):",
-                      *_rows({name: OPTIMIZER_SUMMARIES.get(name, "") for name in TELEPROMPTERS})])
+                      *_rows(teleprompter_summaries())])
 
 
 def epilog(*lists: str) -> str:

@@ -10,9 +10,11 @@ import sys
 import pytest
 
 from ambiqa.cli import build_parser, main
-from ambiqa.cli.catalog import OPTIMIZER_SUMMARIES
 from ambiqa.optimizers.recipes import TELEPROMPTERS
+from ambiqa.optimizers.registry import teleprompter_summaries
 from ambiqa.programs.registry import PROGRAMS, SUMMARIES
+
+OPTIMIZER_SUMMARIES = teleprompter_summaries()
 
 
 def missing_help(parser: argparse.ArgumentParser, path: str | None = None) -> list[str]:
