@@ -125,8 +125,9 @@ def probe_endpoint(api_base: str, api_key: str | None, timeout_s: float = 5.0) -
     url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/models", parts.query,
                       ""))
     headers = {"Accept": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    if api_key:  # the schemes of OpenAI-style servers, Azure and Anthropic: one will be read
+        headers.update({"Authorization": f"Bearer {api_key}", "api-key": api_key,
+                        "x-api-key": api_key})
     elif parts.username is not None:
         token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"

@@ -138,13 +138,15 @@ def check_reachable(lm: Any, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     0 tokens). One ``GET {api_base}/models`` settles it in milliseconds; with the cache off a
     dead endpoint fails every question anyway (and is recorded so), so only cached LMs are
     probed. The embedded model and endpoints without ``api_base`` (a provider's own URL,
-    which LiteLLM knows and ambiqa does not) are not probed. Raises
+    which LiteLLM knows and ambiqa does not) are not probed, nor is anything when
+    ``$AMBIQA_NO_PROBE=1`` (a gateway whose ``/models`` refuses what its chat route takes).
+    Raises
     :class:`~ambiqa.errors.LMUnavailableError` with one line (the CLI's exit 2).
     """
     engine = getattr(lm, "engine", None)
     inner = getattr(engine, "inner", engine)
     if not isinstance(inner, EndpointEngine) or not inner.api_base or \
-            not getattr(lm, "cache", False):
+            not getattr(lm, "cache", False) or os.environ.get("AMBIQA_NO_PROBE") == "1":
         return
     problem = inner.probe(timeout_s)
     if problem is not None:
@@ -152,7 +154,8 @@ def check_reachable(lm: Any, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             redact(f"the LM endpoint {endpoint_host(inner.api_base)} does not answer: "
                    f"{problem}"),
             hint="start the server or fix --api-base (and the key variable); answers cached "
-                 "from earlier runs are never used in place of a dead endpoint",
+                 "from earlier runs are never used in place of a dead endpoint (a server "
+                 "without GET /models that answers chat anyway: AMBIQA_NO_PROBE=1)",
             kind="connection")
 
 

@@ -206,3 +206,14 @@ def test_a_null_content_reply_is_an_lm_failure_not_an_empty_answer(use_lm):
         assert not any("degraded" in e for e in t.events)
     finally:
         stop()
+
+
+def test_the_probe_can_be_switched_off_for_a_gateway_without_models(monkeypatch):
+    """A gateway whose ``/models`` refuses what its chat route accepts would be refused
+    forever; ``AMBIQA_NO_PROBE=1`` is the way out (named in the error's hint)."""
+    lm = endpoint_lm("openai/fake", api_base=f"http://127.0.0.1:{_free_port()}/v1")
+    with pytest.raises(LMUnavailableError) as err:
+        check_reachable(lm, timeout_s=2)
+    assert "AMBIQA_NO_PROBE=1" in str(err.value)
+    monkeypatch.setenv("AMBIQA_NO_PROBE", "1")
+    check_reachable(lm, timeout_s=2)
