@@ -72,7 +72,7 @@ def compile_and_save(program_name: str, train_spec: str, dev_spec: str | None, m
 
 def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retriever: Any,
              config: dict[str, Any], sample: int, n_val_limit: int | None = None,
-             **estimate_args: Any) -> dict[str, Any]:
+             choice: dict[str, Any] | None = None, **estimate_args: Any) -> dict[str, Any]:
     from ambiqa.data import load_dataset
     from ambiqa.evaluation.registry import dspy_metric
     from ambiqa.optimizers.estimate import estimate, sample_cost
@@ -83,6 +83,15 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
     trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
                                train_spec)
     per_q = sample_cost(program, trainset[: max(1, sample)], dspy_metric(metric, reader=reader))
+    n_select = 0
+    if choice is not None and choice.get("select") and len(trainset) >= 3:
+        n_select = min(len(split_train(trainset)[1]), choice.get("select_val") or 20)
+        trainset = trainset[n_select:]
+    n_variants = len(choice.get("candidates") or []) if choice is not None else 0
+    if choice is not None and choice.get("candidates") is None and per_q["writer_lm_calls"]:
+        from ambiqa.optimizers.compile import DEFAULT_VARIANTS
+
+        n_variants = len(DEFAULT_VARIANTS)
     n_val = len(split_train(trainset)[1]) if len(trainset) > 1 else 0
     n_train = len(trainset)
     if estimate_args.get("optimizer") in ("bootstrap-rs", "mipro", "tune"):
@@ -90,8 +99,10 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
     if n_val_limit:
         n_val = min(n_val, n_val_limit)
     est = estimate(per_q, n_train=n_train, n_val=n_val,
-                   n_predictors=len(list(program.named_predictors())), **estimate_args)
+                   n_predictors=len(list(program.named_predictors())), n_select=n_select,
+                   n_variants=n_variants, **estimate_args)
     est.update(program=program_name, train=train_spec, n_train=n_train, n_val=n_val,
+               n_select=n_select, n_variants=n_variants,
                note=f"estimate; the sample run itself spent "
                     f"{per_q['sample_lm_calls_spent']} LM calls")
     return est
@@ -140,7 +151,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                "simba_steps": args.simba_steps, "simba_bsize": args.simba_bsize}
     if args.dry_run:
         est = _dry_run(args.program, train, metric, reader_from_args(args), retriever, config,
-                       args.sample, n_val_limit=args.n_val, optimizer=args.optimizer,
+                       args.sample, n_val_limit=args.n_val, choice=choice,
+                       optimizer=args.optimizer,
                        k=args.k, num_candidates=args.num_candidates, trials=args.mipro_trials,
                        n_dev=0)
         print(json.dumps(est, indent=2))

@@ -47,7 +47,9 @@ def sample_cost(program: Any, examples: list[Any], metric: Any = None) -> dict[s
                 except Exception:
                     pass
     calls = prog.lm_calls / n
+    writer = (prog.summary().get("by_signature") or {}).get("WriteLongAnswer") or {}
     return {"n_sample": len(examples), "lm_calls": calls,
+            "writer_lm_calls": writer.get("calls", 0) / n,
             "input_tokens": prog.input_tokens / n, "output_tokens": prog.output_tokens / n,
             "metric_lm_calls": scoring.lm_calls / n,
             "metric_tokens": (scoring.input_tokens + scoring.output_tokens) / n,
@@ -64,10 +66,17 @@ def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int
 
 def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: int = 0,
              k: int = 2, num_candidates: int = 4, trials: int = 0, n_dev: int = 0,
-             n_predictors: int = 1, tune_pools: bool = False) -> dict[str, Any]:
+             n_predictors: int = 1, tune_pools: bool = False, n_select: int = 0,
+             n_variants: int = 0) -> dict[str, Any]:
     """LM calls and tokens for one compile (``optimizer``) or one tuning study (``trials``
     trials scored on ``n_val`` held-out questions, pools bootstrapped once if
-    ``tune_pools``), plus scoring ``n_dev`` dev questions."""
+    ``tune_pools``), plus scoring ``n_dev`` dev questions.
+
+    ``n_select`` validation questions for the choice (:mod:`ambiqa.optimizers.select`): the
+    zero-shot program and the compiled one each run in full on them (the input program is
+    the zero-shot one unless it came with demos), and each of ``n_variants`` writer-only
+    candidates pays only its writer calls (``per_q["writer_lm_calls"]``), the rest coming
+    from the call memo."""
     c = per_q["lm_calls"]
     t_in, t_out = per_q["input_tokens"], per_q["output_tokens"]
     per_call = (t_in + t_out) / c if c else 0.0
@@ -82,8 +91,11 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
 
         proposer = get_teleprompter(optimizer).proposer_calls(plain, n_predictors,
                                                               num_candidates)
+    selection = n_select * (2 * c + n_variants * per_q.get("writer_lm_calls", 0.0))
+    plain += n_select  # the zero-shot candidate; the compiled one is counted below
+    with_demos += n_select
     questions = plain + with_demos
-    calls = questions * c + proposer
+    calls = questions * c + proposer + n_select * n_variants * per_q.get("writer_lm_calls", 0.0)
     demo_in = k * per_call * c  # extra input tokens per question from k demos per call
     tokens_in = questions * t_in + with_demos * demo_in + proposer * per_call
     tokens_out = questions * t_out + proposer * t_out / max(c, 1)
@@ -92,4 +104,5 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
             "metric_lm_calls": round(metric_calls),
             "total_lm_calls": round(calls + metric_calls),
             "input_tokens": round(tokens_in), "output_tokens": round(tokens_out),
+            "selection_lm_calls": round(selection),
             "per_question": {k_: round(v, 2) for k_, v in per_q.items()}}

@@ -157,13 +157,18 @@ def test_compile_cli_uses_recipe_defaults_dry_run_and_budget(tmp_path, capsys):
                      "--optimizer", "bootstrap-rs", "--dry-run", *lm_args]) == 0
         est = json.loads(capsys.readouterr().out)
         assert est["per_question"]["lm_calls"] == 1 and est["lm_calls"] > 0
-        assert est["n_val"] == 3 and est["n_train"] == 7
+        # 3 of the 10 training questions are held out for the choice against zero-shot
+        # (zero-shot and the compiled program, 1 call each; closed book has no writer, so
+        # no writer-only variants), then bootstrap-rs holds out its own part of the other 7
+        assert est["n_select"] == 3 and est["selection_lm_calls"] == 3 * 2
+        assert est["n_val"] == 2 and est["n_train"] == 5
         out = tmp_path / "cb.json"
         assert main(["compile", "closed_book", "--train", "demo:train", "--metric", "str-em",
                      "--optimizer", "bootstrap", "--max-lm-calls", "3", "--out", str(out),
                      *lm_args]) == 0
         m = read_artifact(out)["manifest"]
         assert m["optimizer"]["stopped_by_budget"] is True
+        assert "budget ran out" in m["optimizer"]["selection"]["skipped"]
         assert m["compile_cost"]["lm_calls"] <= 4
         capsys.readouterr()
         assert main(["tune", "closed_book", "--study", "x", "--storage",

@@ -248,3 +248,24 @@ def test_writer_signal_wants_every_reading_given_in_the_references_length():
     assert writer_score(longer, given, GOLD) == pytest.approx(0.5)
     assert writer_score("Paris.", given, GOLD) == pytest.approx(0.5 * 1 / ref_len)
     assert writer_score("", given, GOLD) == 0.0
+
+
+def test_dry_run_states_the_cost_of_the_choice(capsys, tmp_path):
+    import json
+
+    from ambiqa.cli import main
+    from ambiqa.testing_server import serve
+
+    ambiqa.index(str(demo_corpus_path()), name="demo", kind="bm25", index_root=tmp_path)
+    url, shutdown = serve(delay=0.0)
+    try:
+        assert main(["compile", "vanilla_rag", "--train", "demo:train", "--metric", "str-em",
+                     "--index", "demo", "--index-root", str(tmp_path), "--optimizer", "labeled",
+                     "--dry-run", "--lm", "openai/fake", "--api-base", url, "--no-cache"]) == 0
+    finally:
+        shutdown()
+    est = json.loads(capsys.readouterr().out)
+    per_q = est["per_question"]
+    assert per_q["writer_lm_calls"] == 1 and est["n_select"] == 3 and est["n_variants"] == 2
+    # zero-shot and the compiled program in full, the two writer variants at one call each
+    assert est["selection_lm_calls"] == round(3 * (2 * per_q["lm_calls"] + 2 * 1))
