@@ -229,6 +229,14 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     reader = make_reader(cfg.reader)
     found = resolve(target, retriever=retriever, index=cfg.index, index_root=cfg.index_root,
                     config=config or None)
+    from ambiqa.evaluation.reader import reader_identity, stand_in_note
+    from ambiqa.evaluation.registry import NEEDS_READER
+
+    if NEEDS_READER & set(names):
+        extra = {**extra, "reader_identity": reader_identity(reader)}
+        note = stand_in_note(reader, explicit=bool(cfg.reader))
+        if note:
+            log.warning(note)
     spec = RunSpec(program=label, data=data_label, metrics=names,
                    reader=getattr(reader, "name", None), lm=lm_label, index=cfg.index,
                    program_config=config or None, judge=judge_name(names),
@@ -382,6 +390,12 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     trainset = usable_examples(examples, recipe, metric, spec or "the training examples")
     devset, dev_spec = load_data(cfg.dev) if cfg.dev is not None else (None, None)
     say = console.print if console is not None else log.info
+    from ambiqa.evaluation.reader import stand_in_note
+    from ambiqa.evaluation.registry import NEEDS_READER
+
+    note = stand_in_note(reader, explicit=bool(cfg.reader)) if metric in NEEDS_READER else None
+    if note:
+        say(note)
     say(f"compiling {name} with {cfg.optimizer} on {spec or 'the given examples'} "
         f"({len(trainset)} usable examples), metric {metric}")
     if cfg.optimizer == "bootstrap" and cfg.threshold is None:

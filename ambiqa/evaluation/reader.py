@@ -209,3 +209,32 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
                               "a local extractive QA checkpoint directory, or --reader lm for "
                               "the LM stand-in")
     return HFQAReader(path)
+
+
+def reader_identity(reader: Any) -> dict[str, Any]:
+    """What read D-F1, for run.json and reports: the reader's name, its kind, and for a
+    trained extractive reader the sha256 of its weights -- a name alone does not say which
+    weights (a checkpoint rebuilt on another machine keeps the name, not the numbers)."""
+    name = getattr(reader, "name", None) or type(reader).__name__
+    if isinstance(reader, LMReader):
+        return {"name": name, "kind": "lm",
+                "note": "LM stand-in: the configured LM reads the answers (not comparable "
+                        "with runs read by an extractive reader)"}
+    manifest = getattr(reader, "manifest", None) or {}
+    weights = (manifest.get("weights") or {}).get("sha256") if isinstance(manifest, dict) \
+        else None
+    out: dict[str, Any] = {"name": name, "kind": "extractive" if weights else "checkpoint"}
+    if weights:
+        out["weights_sha256"] = weights
+    return out
+
+
+def stand_in_note(reader: Any, explicit: bool) -> str | None:
+    """The one line a run prints when D-F1 is read by the LM stand-in although nobody asked
+    for it (no extractive reader is installed); None otherwise."""
+    if not isinstance(reader, LMReader) or explicit:
+        return None
+    return ("note: D-F1/DR are read by the LM stand-in (the LM under test grades its own "
+            "answers): no extractive reader is installed, so these scores are not comparable "
+            "with BENCHMARKS.md; pass --reader lm to say you mean it, or install the reader "
+            "(benchmarks/setup_evidence.sh)")

@@ -141,6 +141,9 @@ def run_summary(rows: list[dict[str, Any]], spec: RunSpec | None,
         planned = planned_rows(spec.to_dict())
         if planned is not None:
             base["n_planned"] = planned
+    mixed = mixed_rows(rows)
+    if mixed:
+        base["mixed_rows"] = mixed
     if consistency:
         base["consistency"] = consistency
     return {"run": spec.to_dict() if spec else {}, **base}
@@ -411,6 +414,11 @@ def _facts(run: dict[str, Any], uses_reader: bool) -> list[Any]:
              ("retriever index", run.get("index")),
              ("index fingerprint", run.get("index_fingerprint")),
              ("D-F1 reader", run.get("reader") if uses_reader else None),
+             ("D-F1 reader weights sha256",
+              (run.get("reader_identity") or {}).get("weights_sha256") if uses_reader
+              else None),
+             ("D-F1 reader note", (run.get("reader_identity") or {}).get("note")
+              if uses_reader else None),
              ("LM judge", run.get("judge")),
              ("artifact sha256", run.get("artifact_sha256")),
              ("program config", json.dumps(run["program_config"])
@@ -425,6 +433,15 @@ def cached_line(cached: dict[str, Any], n: int) -> str:
     return (f"from the response cache: {cached.get('calls', 0)} LM call(s) in "
             f"{cached.get('examples', 0)} of {n} examples (replies stored by an earlier run "
             "with the same LM, endpoint and prompt; --no-cache asks the LM anew)")
+
+
+def mixed_rows(rows: list[dict[str, Any]]) -> dict[str, int] | None:
+    """``{"short": n, "ambiguous": m}`` for a run of a file mixing both kinds of rows (its
+    rows carry their ``kind`` and ``scored_by``, the metrics of that kind), else None."""
+    kinds = [r["kind"] for r in rows if r.get("kind") in ("short", "ambiguous")]
+    if not kinds:
+        return None
+    return {"short": kinds.count("short"), "ambiguous": kinds.count("ambiguous")}
 
 
 def completeness_line(summary: dict[str, Any]) -> str | None:
@@ -474,6 +491,13 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
           str(m.get("failed", 0)), _fmt(m.get("mean_excl_failed")),
           str(m.get("n_scored", m["n"]))] for name, m in summary["metrics"].items()],
         "lrnrrrr"))
+    if summary.get("mixed_rows"):
+        kinds = summary["mixed_rows"]
+        doc.add(Para(f"A file mixing {kinds.get('short', 0)} short-answer and "
+                     f"{kinds.get('ambiguous', 0)} ambiguous rows: each row is scored by the "
+                     "metrics of its kind (short rows EM/F1, ambiguous rows STR-EM/D-F1, "
+                     "ROUGE-L/DR where they have a long answer), so each metric's n counts "
+                     "its own rows.", css="note"))
     doc.add(Para(["Value: over all n examples, an example whose program or scoring failed "
                   "scoring 0; \"excl. failed\": over the examples that did not fail. Means of "
                   "per-question scores, except DR = sqrt(mean D-F1 × mean ROUGE-L) over the "

@@ -521,3 +521,35 @@ def test_stop_at_step_rebuilds_a_clock_cut_reader_exactly(tmp_path, shared_data)
     with pytest.raises(ConfigError, match="stop-at-step"):
         train_reader(tmp_path / "zero", config=TrainConfig(**cfg), stop_at_step=0,
                      log=lambda m: None)
+
+
+def test_runs_record_which_weights_read_d_f1_and_say_when_the_lm_grades_itself(
+        tiny_reader, tmp_path, use_lm, caplog, monkeypatch) -> None:
+    import logging
+
+    import ambiqa
+    from ambiqa.data import load_dataset
+    from ambiqa.fsutil import sha256_file
+    from ambiqa.testing import scripted_lm
+
+    out, _ = tiny_reader
+    use_lm(scripted_lm({"ClosedBookLongAnswer": {"long_answer": "It was 1933."},
+                        "ReadShortAnswer": {"answer": "1933"}}))
+    data = load_dataset("asqa:dev:2")
+    run = ambiqa.evaluate("closed_book", data, metrics="d-f1", out=tmp_path / "x",
+                          reader=str(out))
+    identity = json.loads((tmp_path / "x" / "run.json").read_text())["reader_identity"]
+    assert identity == {"name": "extractive:tiny", "kind": "extractive",
+                        "weights_sha256": sha256_file(out / WEIGHTS_NAME)}
+    assert identity["weights_sha256"] in (tmp_path / "x" / "report.md").read_text()
+    assert run.spec.reader == "extractive:tiny"
+    # no extractive reader installed and none asked for: the LM stand-in reads, loudly
+    with caplog.at_level(logging.WARNING, logger="ambiqa.api.jobs"):
+        ambiqa.evaluate("closed_book", data, metrics="d-f1", out=tmp_path / "y",
+                        reader="lm")
+        assert not [r for r in caplog.records if "LM stand-in" in r.getMessage()]
+        monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path / "empty-cache"))
+        ambiqa.evaluate("closed_book", data, metrics="d-f1", out=tmp_path / "z")
+    assert [r for r in caplog.records if "LM stand-in" in r.getMessage()]
+    lm_identity = json.loads((tmp_path / "z" / "run.json").read_text())["reader_identity"]
+    assert lm_identity["kind"] == "lm" and "not comparable" in lm_identity["note"]
