@@ -49,7 +49,7 @@ MetricFn = Callable[..., float]
 
 # re-exported: callers look names up where they look metrics up
 __all__ = ["canonical_name", "with_set_parts", "get_metric", "dspy_metric", "judge_name",
-           "METRICS", "NEEDS_READER", "NEEDS_JUDGE", "MetricFn"]
+           "METRICS", "NEEDS_READER", "NEEDS_JUDGE", "MetricFn", "row_kind", "row_metrics"]
 _AT_K = re.compile(r"^(m?recall|sufficient)@(\d+)$")
 
 
@@ -100,6 +100,53 @@ def answer_sets_of(example: Any) -> list[list[str]]:
     if sets:
         return [m.as_list(s) for s in sets]
     return [gold_answers_of(example)]
+
+
+# ------------------------------------------------------------------ rows of two kinds
+
+#: metrics a short-answer row (``answers`` only) cannot be scored by: they need ``qa_pairs``
+#: (its readings) or reference long answers
+NEEDS_PAIRS_OR_LONG = frozenset({"str-em", "d-f1", "d-f1-cov", "dr", "rouge-l", "answer-f1",
+                                 "g-recall", "g-f1", "interp-recall", "interp-recall-lex"})
+#: the short-answer metrics; an ambiguous row of a mixed file is scored by its own metrics
+SHORT_ONLY = frozenset({"em", "f1"})
+
+
+def row_kind(example: Any) -> str:
+    """``"ambiguous"`` for a row with ``qa_pairs`` (its readings), else ``"short"``."""
+    return "ambiguous" if field_value(example, "qa_pairs") else "short"
+
+
+def has_long_answers(example: Any) -> bool:
+    try:
+        return bool(long_answers_of(example))
+    except ConfigError:
+        return False
+
+
+def row_metrics(example: Any, names: list[str]) -> list[str]:
+    """The metrics among ``names`` that one row of a *mixed* file is scored by.
+
+    A question file mixing short-answer rows (``answers``) and ambiguous rows (``qa_pairs``)
+    was scored with one metric set for the whole file: short rows failed under STR-EM, or the
+    ambiguity metrics vanished. Now each row gets the metrics of its kind -- short rows EM and
+    F1, ambiguous rows STR-EM and D-F1 (ROUGE-L and DR where the row has a long answer) --
+    and every other metric (recall@K, judged ones) as before; each metric is then reported
+    over the rows that have it, with its n. (EM/F1 of an ambiguous row would compare a long
+    answer with the flattened short answers: near 0 by construction, so it is left out.)
+    A file of one kind keeps the metric set it always had: this is not called for it.
+    """
+    kind = row_kind(example)
+    out = []
+    for name in names:
+        key = canonical_name(name)
+        if kind == "short" and key in NEEDS_PAIRS_OR_LONG:
+            continue
+        if kind == "ambiguous" and (key in SHORT_ONLY or (
+                key in ("rouge-l", "dr") and not has_long_answers(example))):
+            continue
+        out.append(name)
+    return out
 
 
 def prediction_answer(prediction: Any) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, RunError
+from ambiqa.evaluation.registry import row_kind, row_metrics
 from ambiqa.evaluation.run_dir import (
     RESUME_FIELDS,
     ResultsFile,
@@ -275,11 +276,16 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
     done = {str(r["id"]) for r in rows}
     todo = [(i, ex) for i, ex in enumerate(examples) if example_id(ex, i) not in done]
     state = _RunState(rows, results, max_error_rate, total=len(examples))
+    mixed = is_mixed(examples)
 
     def run_one(item: tuple[int, Any]) -> dict[str, Any]:
         i, ex = item
         row: dict[str, Any] = {"id": example_id(ex, i), "question": ex.question,
                                "data_sha": shas.get(example_id(ex, i)) or example_sha(ex)}
+        own = metrics
+        if mixed:  # each row by the metrics of its kind; a failed row counts in those only
+            row["kind"], row["scored_by"] = row_kind(ex), row_metrics(ex, list(metrics))
+            own = {name: fn for name, fn in metrics.items() if name in row["scored_by"]}
         t0 = time.perf_counter()
         # The program's own cost is traced apart from scoring: an LM reader's calls for D-F1
         # are evaluation cost, not the program's.
@@ -299,7 +305,7 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
             with track() as scoring:
                 try:
                     row["metrics"] = call_with_timeout(
-                        lambda: score_row(ex, pred, metrics), timeout_s)
+                        lambda: score_row(ex, pred, own), timeout_s)
                 except Exception as exc:  # an LM reader or judge without its LM, too
                     row["metrics"] = {}
                     row["error"] = _error_text(exc, "scoring failed: ")
@@ -339,6 +345,12 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
             except OSError as exc:
                 raise write_error(out_dir / "summary.json", exc) from exc
     return summary
+
+
+def is_mixed(examples: list[Any]) -> bool:
+    """Whether ``examples`` mix short-answer rows and ambiguous (``qa_pairs``) rows: such a
+    run scores each row by the metrics of its kind (:func:`registry.row_metrics`)."""
+    return len({row_kind(ex) for ex in examples}) > 1
 
 
 def summarize(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any]:

@@ -119,7 +119,9 @@ def part_arrays(rows: Sequence[Mapping[str, Any]], metric: str, *,
     """(ids, one array per part) over the rows that can be scored for ``metric``, in id order.
 
     A failed row scores 0 on every part (``include_failed``) or is left out. A row that did
-    not fail but lacks a part (or has NaN there: the metric does not apply) is left out.
+    not fail but lacks a part (or has NaN there: the metric does not apply) is left out, and
+    so is a failed row whose ``scored_by`` (a row of a file mixing short-answer and ambiguous
+    rows: the metrics of its kind) lacks a part: it would never have had that score.
     """
     parts = parts_of(metric)
     ids: list[str] = []
@@ -127,7 +129,10 @@ def part_arrays(rows: Sequence[Mapping[str, Any]], metric: str, *,
     # in id order, so an interval does not depend on the order rows were written in
     for r in sorted(rows, key=lambda row: str(row["id"])):
         if is_failed(r):
-            if not include_failed:
+            own = r.get("scored_by")
+            if not include_failed or (isinstance(own, list) and not all(
+                    p in own or any(canonical_name(str(o)) == p for o in own)
+                    for p in parts)):
                 continue
             values = [0.0] * len(parts)
         else:

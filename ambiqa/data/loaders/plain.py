@@ -21,7 +21,8 @@ field               meaning                                                     
 
 The metrics that apply follow from the fields present (:func:`metrics_for`): ``answers``
 only → ``em``, ``f1``; ``qa_pairs`` → ``str-em``, ``d-f1``; ``qa_pairs`` and a long answer →
-ASQA's ``str-em``, ``rouge-l``, ``d-f1``, ``dr``.
+ASQA's ``str-em``, ``rouge-l``, ``d-f1``, ``dr``. In a file mixing both kinds of rows, each
+row is scored by the metrics of its kind and each metric is reported with its own n.
 """
 
 from __future__ import annotations
@@ -92,18 +93,20 @@ def _fields(where: Where, rec: dict[str, Any], key: str | None) -> dict[str, Any
 
 
 def metrics_for(examples: Sequence[Any]) -> list[str]:
-    """The metrics every example can be scored by, from the fields present.
+    """The metrics the examples can be scored by, from the fields present.
 
     ASQA-style sets (``qa_pairs`` and a long answer) get ASQA's four: ``str-em``, ``rouge-l``,
     ``d-f1``, ``dr`` (the CLI's long-standing default); ``qa_pairs`` alone give ``str-em`` and
-    ``d-f1``; short answers alone give ``em`` and ``f1``.
+    ``d-f1``; short answers alone give ``em`` and ``f1``. A file mixing short-answer and
+    ambiguous rows gets both sets: the runner scores each row by the metrics of its kind
+    (:func:`ambiqa.evaluation.registry.row_metrics`) and reports each metric over its rows.
     """
-    def every(name: str) -> bool:
-        return bool(examples) and all(getattr(ex, name, None) for ex in examples)
-
-    pairs, longs = every("qa_pairs"), every("long_answers")
-    if pairs and longs:
-        return ["str-em", "rouge-l", "d-f1", "dr"]
-    if pairs:
-        return ["str-em", "d-f1"]
-    return ["em", "f1"]
+    ambiguous = [ex for ex in examples if getattr(ex, "qa_pairs", None)]
+    short = len(examples) - len(ambiguous)
+    names: list[str] = []
+    if ambiguous:
+        longs = all(getattr(ex, "long_answers", None) for ex in ambiguous)
+        names += ["str-em", "rouge-l", "d-f1", "dr"] if longs else ["str-em", "d-f1"]
+    if short or not examples:
+        names += ["em", "f1"]
+    return names
