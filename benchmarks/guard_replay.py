@@ -509,6 +509,16 @@ def _length_cell(ln: dict[str, Any]) -> str:
             f"{_ci(ln['ci95'], 1)}{ref}){near}")
 
 
+def _which(runs: list[dict[str, Any]]) -> str:
+    """`` Refused: a, b. Shipped: c.`` (run names, by decision on the objective)."""
+    out = ""
+    for label, decision in (("Refused", "would have refused"), ("Shipped", "would have shipped")):
+        got = [f"`{d['run'].rsplit('/', 1)[-1]}` ({d['run'].split('/', 1)[0]})" for d in runs
+               if d["replayed"] and d["objective"]["decision"] == decision]
+        out += f" {label}: {', '.join(got)}." if got else ""
+    return out
+
+
 def render(m: dict[str, Any]) -> str:
     c = m["counts"]
     lines = ["# The do-no-harm guard replayed on the stored compiles", "",
@@ -533,7 +543,7 @@ def render(m: dict[str, Any]) -> str:
              "also holds any change of code between them (issue 46: the stored zero-shot Diva "
              "predates a change of the verifier's output cap).", "",
              f"Replayed: {c['replayed']} compiles; the guard would have refused "
-             f"**{c['refused']}** and shipped {c['shipped']}.", "",
+             f"**{c['refused']}** and shipped {c['shipped']}." + _which(m["runs"]), "",
              "| compiled run | program | optimizer | objective | reader | rows | zero-shot run "
              "| n | compiled | zero-shot | Δ [95%] | guard | interval | STR-EM Δ [95%] → guard "
              "| median words: compiled vs zero-shot (Δ [95%]; refs) → guard |",

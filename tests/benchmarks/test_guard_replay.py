@@ -171,6 +171,8 @@ def test_guard_replayed_on_stored_rows(benchmark_script, stored):
     text = gr.render(m)
     assert "DEV ROWS STAND IN FOR THE VALIDATION SPLIT" in text
     assert "| **refused** | below 0 |" in text
+    assert ("refused **2** and shipped 1. Refused: `diva-labeled` (rescored), `toc-knn-gold` "
+            "(rescored). Shipped: `vanilla_rag-dr` (runs).") in text
     assert "`runs/vanilla_rag-dr`: on the mean of per-question DR" in text
     assert "refused 0 and shipped 1" in text
     assert "compile-v4" not in json.dumps(m["runs"])
