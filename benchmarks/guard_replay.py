@@ -35,8 +35,8 @@ program and demo-plan variants).
 
 Zero-shot run: the stored run of the same program (a registry name, no program setting the
 artifact's configuration contradicts) on the same data set and split, with the same LM, reader
-and index, sharing the most questions. ``compile-v4/`` is left out (its runs are in progress and
-already chose with the guard).
+and index, sharing the most questions. ``compile-v4/`` is left out, not read (its runs are in
+progress, made after the guard existed).
 
     python -m benchmarks.guard_replay
 
@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = "benchmarks/results"
 OUT = f"{RESULTS}/guard-replay/guard_replay"
 COMMAND = "python -m benchmarks.guard_replay"
-#: run directories left out (relative to results/): in progress, and chosen with the guard
+#: run directories left out, not read (relative to results/): in progress
 EXCLUDE = ("compile-v4",)
 #: the data sets whose programs write long answers (ASQA)
 LONG_ANSWER_DATA = ("asqa",)
@@ -617,8 +617,8 @@ def render(m: dict[str, Any]) -> str:
                       for a in m["not_replayed_artifacts"]) + "."]
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
-    lines += ["", f"Left out: `{'/`, `'.join(m['excluded'])}/` (runs in progress; they were "
-              "compiled with the guard)."]
+    lines += ["", f"Left out: `{'/`, `'.join(m['excluded'])}/` (not read: runs in progress, "
+              "made after the guard existed)."]
     return "\n".join(lines) + "\n"
 
 
