@@ -54,12 +54,13 @@ def cmd_reader_finish(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.reader_training import finish_from_device
 
     src = Path(args.device_out).expanduser()
-    try:
-        summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"no readable summary.json in {src}: {exc}",
-                          hint="give the output directory of benchmarks/reader_gpu_train.py"
-                          ) from exc
+    from ambiqa.jsonio import read_json
+
+    summary = read_json(src / "summary.json", error=ConfigError,
+                        hint="give the output directory of benchmarks/reader_gpu_train.py")
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{src / 'summary.json'} is not a JSON object",
+                          hint="give the output directory of benchmarks/reader_gpu_train.py")
     runs = summary.get("runs") or []
     if args.run:
         runs = [r for r in runs if r.get("name") == args.run]
