@@ -113,6 +113,12 @@ class AmbiqaProgram(dspy.Module):
     answer_style: ClassVar[str] = "long"
     #: whether the program needs a retriever at all
     needs_retriever: ClassVar[bool] = True
+    #: Each program sets this (``benchmarks/methods_cost.py`` holds measured rounds against
+    #: it): the fewest *dependent* LM rounds (calls that run concurrently share a round) a
+    #: question takes on the program's full path, that is when retrieval returns passages
+    #: and every LM reply parses. A question whose retrieval finds nothing may take fewer
+    #: (Diva makes no verification call then); each program's comment names such paths.
+    min_lm_rounds: int  # a setting may change it on the instance (Diva, VerDICt, EoR, ReSP)
 
     def __init__(self, retriever: Retriever | Any = None) -> None:
         super().__init__()

@@ -190,9 +190,11 @@ class Diva(AmbiqaProgram):
     """
 
     name = "diva"
-    # minimal dependent LM rounds: type -> rewrite (always run, as in the paper) -> verify
-    # (parallel) -> closed book when Useless; 5 on the RAG path (type, rewrite, verify, clarify,
-    # write). skip_unambiguous=True drops the rewrite for a question typed None: 3 (__init__).
+    # minimal dependent LM rounds when retrieval returns passages (AmbiqaProgram.min_lm_rounds):
+    # type -> rewrite (always run, as in the paper) -> verify (parallel) -> closed book when
+    # Useless; 5 on the RAG path (type, rewrite, verify, clarify, write). skip_unambiguous=True
+    # drops the rewrite for a question typed None: 3 (__init__). With nothing retrieved there
+    # is nothing to verify: type -> rewrite -> closed book, 3 (2 with the shortcut).
     min_lm_rounds = 4
 
     encoder = SharedEncoder()
@@ -204,7 +206,7 @@ class Diva(AmbiqaProgram):
         super().__init__(retriever)
         self.use_config(resolve_config(DivaConfig, config, settings, owner="Diva"))
         if self.skip_unambiguous:
-            self.min_lm_rounds = 3  # type None -> verify -> closed book
+            self.min_lm_rounds = 3  # type None -> verify -> closed book (2 if none retrieved)
         self.encoder = encoder
         self.lm_config = decoding_config(self.temperature, self.top_p, self.max_tokens)
         self.infer = InferInterpretations(self.max_interpretations, self.skip_unambiguous,

@@ -2,7 +2,9 @@
 
 * Cosine scores no longer assume an injected encoder returns unit vectors
   (``SentenceReranker.scores``, the pool's ``@RR``, EoR's "emb" similarity).
-* ``Diva.min_lm_rounds`` is the shortest chain of LM calls the program can really take.
+* ``Diva.min_lm_rounds`` is the shortest chain of LM calls the program takes when retrieval
+  returns passages; with nothing retrieved it takes one round fewer (no verification call), as
+  ``AmbiqaProgram.min_lm_rounds`` and docs/methods.md say (issue 44 item 7).
 """
 
 from __future__ import annotations
@@ -77,12 +79,30 @@ def _useless_handlers(kind: str) -> dict:
 
 
 @pytest.mark.parametrize("skip_unambiguous", [False, True])
-def test_diva_min_lm_rounds_is_its_shortest_path(use_lm, skip_unambiguous):
-    """Typed None and verified Useless is the shortest path: with the rewrite always run (the
-    paper, the default) it takes 4 sequential calls; skipping it for None takes 3."""
+def test_diva_min_lm_rounds_is_its_shortest_path_when_retrieval_finds_passages(
+        use_lm, skip_unambiguous):
+    """Typed None and verified Useless is the shortest path over retrieved passages: with the
+    rewrite always run (the paper, the default) it takes 4 sequential calls; skipping it for
+    None takes 3. One interpretation, so one vote: calls and rounds are the same count."""
     lm = use_lm(scripted_lm(_useless_handlers("None")))
     retriever = ScriptedRetriever({"p": Passage("p", "P", "text")}, {}, ["p"])
     prog = Diva(retriever, encoder=LengthyEncoder(), skip_unambiguous=skip_unambiguous)
     out = prog(question=Q)
-    assert out.path == "closed_book"
+    assert out.path == "closed_book" and out.verdict == "Useless"
+    assert [key for key, _ in lm.engine.calls][-2:] == ["VerifyRetrieval", "ClosedBookLongAnswer"]
     assert len(lm.engine.calls) == prog.min_lm_rounds == (3 if skip_unambiguous else 4)
+
+
+@pytest.mark.parametrize("skip_unambiguous", [False, True])
+def test_diva_with_nothing_retrieved_takes_one_round_fewer_than_its_minimum(
+        use_lm, skip_unambiguous):
+    """The path ``min_lm_rounds`` leaves out: nothing retrieved, nothing to verify, so the
+    verdict is Useless without a vote: type (-> rewrite) -> closed book, 3 calls (2 with the
+    shortcut). If this path ever verifies, or min_lm_rounds comes to count it, this fails."""
+    lm = use_lm(scripted_lm(_useless_handlers("None")))
+    prog = Diva(ScriptedRetriever({}, {}), encoder=LengthyEncoder(),
+                skip_unambiguous=skip_unambiguous)
+    out = prog(question=Q)
+    assert out.path == "closed_book" and out.verdict == "Useless"
+    assert lm.engine.count("VerifyRetrieval") == 0
+    assert len(lm.engine.calls) == prog.min_lm_rounds - 1 == (2 if skip_unambiguous else 3)
