@@ -63,6 +63,14 @@ NOT_HANDLED = [
     ("Disk full / read-only file systems, power loss (fsync of directories)",
      "writes are atomic renames of fsynced files, but directory fsync and ENOSPC are not "
      "fault-injected here."),
+    ("A resume asking for fewer examples keeps rows past its count, stale or not",
+     "`--data x.jsonl:20 --resume` into a run of the first 50 keeps rows 21-50 (the run's "
+     "spec keeps the larger count); the runner sees only the first 20 data rows, so it "
+     "cannot tell a deleted question from one past the count. A resume over the whole run "
+     "drops the rows of deleted questions (results.stale.jsonl)."),
+    ("Parts written before data fingerprints merge unchecked for data changes",
+     "`ambiqa merge` compares each part's data_sha; parts whose run.json predates it carry "
+     "none and are held to the other checks only (slices, overlaps, run.json settings)."),
     ("Malicious colbert-ai index tensors",
      "colbert-ai calls plain torch.load; safe only because torch >= 2.6 defaults to "
      "weights_only=True (pinned 2.13, asserted by a test), not by ambiqa's code."),
