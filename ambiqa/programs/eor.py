@@ -52,7 +52,17 @@ from ambiqa.programs.base import (
 )
 from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
 from ambiqa.retrieval.encoder import unit_rows
-from ambiqa.retrieval.pool import NoRetrieval, PoolMemo, PoolRetriever, SpecNode, parse_spec
+from ambiqa.retrieval.pool import (
+    Background,
+    Compress,
+    Concat,
+    GroupRerank,
+    NoRetrieval,
+    PoolMemo,
+    PoolRetriever,
+    SpecNode,
+    parse_spec,
+)
 from ambiqa.signatures.answering import BackgroundDocument, ShortAnswer
 from ambiqa.signatures.summarization import CompressForQuery
 from ambiqa.signatures.verification import JudgeEntailment
@@ -196,6 +206,21 @@ def _check_weight(name: str, value: object) -> float:
     return float(value)
 
 
+def lm_rounds_before_reading(node: SpecNode) -> int:
+    """Dependent LM rounds a member's passages take before its reader runs: 1 for PK's
+    background document, 1 more for @CP over them (every passage compressed concurrently);
+    searching and re-ranking make no LM call. ``PK&Wiki@5@CP`` takes 2: PK, then @CP."""
+    if isinstance(node, Background):
+        return 1
+    if isinstance(node, Compress):
+        return 1 + lm_rounds_before_reading(node.child)
+    if isinstance(node, Concat):
+        return max((lm_rounds_before_reading(p) for p in node.parts), default=0)
+    if isinstance(node, GroupRerank):
+        return lm_rounds_before_reading(node.child)
+    return 0
+
+
 def default_pool(sources: Sequence[str] = ()) -> tuple[str, ...]:
     """A 4-6 member pool over ``Wiki`` plus whichever of ``BM25`` / ``Dense`` are supplied.
 
@@ -250,8 +275,11 @@ class EoR(AmbiqaProgram):
     """
 
     name = "eor"
-    # minimal dependent LM rounds, default pool: PK writes its background document -> every
-    # member's reader in one parallel round (1 without PK/@CP members; +1 with "entail")
+    # minimal dependent LM rounds (AmbiqaProgram.min_lm_rounds), default pool: PK writes its
+    # background document -> every member's reader in one parallel round. __init__ applies it
+    # to the pool: 1 + the deepest active member's LM steps before reading
+    # (lm_rounds_before_reading): 1 without PK/@CP members, 3 for PK&Wiki@5@CP. "entail" adds
+    # a judge round only when two answers differ, so not to the minimum.
     min_lm_rounds = 2
     answer_style = "short"
 
@@ -318,6 +346,8 @@ class EoR(AmbiqaProgram):
         if not self.active_members():
             raise ConfigError(f"every pool member's weight is at or below the threshold "
                               f"t={self.threshold}", hint="lower the threshold or raise a weight")
+        self.min_lm_rounds = 1 + max(lm_rounds_before_reading(self._nodes[spec])
+                                     for spec in self.active_members())
         self.encoder = encoder
 
         self.reader = dspy.Predict(ShortAnswer)

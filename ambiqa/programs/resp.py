@@ -104,8 +104,9 @@ class ReSP(AmbiqaProgram):
     """
 
     name = "resp"
-    # minimal dependent LM rounds (max_iter >= 2): global summary -> judge says sufficient ->
-    # generate; each further iteration adds plan + summaries (parallel) + judge; 2 if max_iter=1
+    # minimal dependent LM rounds (AmbiqaProgram.min_lm_rounds; max_iter >= 2): global summary
+    # -> judge says sufficient -> generate; each further iteration adds plan + summaries
+    # (parallel) + judge; 2 if max_iter=1 (no judge after the last round; __init__)
     min_lm_rounds = 3
     answer_style = "short"
 
@@ -115,6 +116,8 @@ class ReSP(AmbiqaProgram):
                  **settings: Any) -> None:
         super().__init__(retriever)
         self.use_config(resolve_config(ReSPConfig, config, settings, owner="ReSP"))
+        if self.max_iter == 1:
+            self.min_lm_rounds = 2  # global summary -> generate
         self.summarize_global = dspy.Predict(SummarizeGlobalEvidence)
         self.summarize_local = dspy.Predict(SummarizeLocalPathway)
         self.judge = dspy.Predict(JudgeSufficiency)

@@ -313,8 +313,10 @@ class VerDICt(AmbiqaProgram):
     """
 
     name = "verdict"
-    # minimal dependent LM rounds: relax -> all per-passage reads in one parallel round ->
-    # long answer (or closed book when every read abstains); 2 with long_answer=False
+    # minimal dependent LM rounds when retrieval returns passages (AmbiqaProgram.min_lm_rounds):
+    # relax -> all per-passage reads in one parallel round -> long answer (or closed book when
+    # every read abstains); 2 with long_answer=False and a read that answers (__init__). With
+    # nothing retrieved: relax -> closed book, 2.
     min_lm_rounds = 3
 
     #: the f of f(q̂; ŷ)
@@ -327,6 +329,8 @@ class VerDICt(AmbiqaProgram):
                  **settings: Any) -> None:
         super().__init__(retriever)
         self.use_config(resolve_config(VerDICtConfig, config, settings, owner="VerDICt"))
+        if not self.long_answer:
+            self.min_lm_rounds = 2  # relax -> reads; the pairs are written out without a call
         if reranker is not None and not callable(getattr(reranker, "rerank", None)):
             raise ConfigError("reranker must have a rerank(query, passages, k) method")
         self._reranker = reranker

@@ -106,3 +106,99 @@ def test_diva_with_nothing_retrieved_takes_one_round_fewer_than_its_minimum(
     assert out.path == "closed_book" and out.verdict == "Useless"
     assert lm.engine.count("VerifyRetrieval") == 0
     assert len(lm.engine.calls) == prog.min_lm_rounds - 1 == (2 if skip_unambiguous else 3)
+
+
+# ---- the minimums VerDICt, EoR and ReSP state are the ones their instances carry -----------
+def _stages(lm) -> list[str]:
+    """The signatures called, consecutive repeats merged: for a program whose concurrent calls
+    are all of one kind, each stage is one dependent round."""
+    out: list[str] = []
+    for key, _ in lm.engine.calls:
+        if not out or out[-1] != key:
+            out.append(key)
+    return out
+
+
+@pytest.mark.parametrize(("long_answer", "rounds"), [(True, 3), (False, 2)])
+def test_verdict_min_lm_rounds_follows_long_answer(use_lm, long_answer, rounds):
+    """relax -> read (one passage, so one call) -> long answer; without the long answer the
+    pairs are written out with no call: 2, set by the constructor."""
+    from ambiqa.programs.verdict import VerDICt
+    from ambiqa.testing import FixedRetriever
+
+    lm = use_lm(scripted_lm({
+        "RelaxQuery": {"relaxed_query": "Weasley actors"},
+        "InterpretFromPassage": {"abstain": False, "interpretation": RON,
+                                 "answer": "Rupert Grint"},
+        "WriteLongAnswer": {"long_answer": "Rupert Grint played Ron."}}))
+    prog = VerDICt(FixedRetriever([Passage("p", "P", "Rupert Grint played Ron.")]),
+                   n_passages=1, rerank_depth=0, long_answer=long_answer)
+    prog(question=Q)
+    assert len(lm.engine.calls) == prog.min_lm_rounds == rounds
+
+
+def test_verdict_with_nothing_retrieved_takes_fewer_rounds_than_its_minimum(use_lm):
+    from ambiqa.programs.verdict import VerDICt
+    from ambiqa.testing import FixedRetriever
+
+    lm = use_lm(scripted_lm({"RelaxQuery": {"relaxed_query": "Weasley actors"},
+                             "ClosedBookLongAnswer": {"long_answer": "From memory."}}))
+    prog = VerDICt(FixedRetriever([]), rerank_depth=0)
+    out = prog(question=Q)
+    assert out.grounded is False
+    assert _stages(lm) == ["RelaxQuery", "ClosedBookLongAnswer"]
+    assert prog.min_lm_rounds == 3
+
+
+@pytest.mark.parametrize(("pool", "weights", "stages"), [
+    (("Wiki@2", "ReFree"), None, ["ShortAnswer"]),
+    (("PK",), None, ["BackgroundDocument", "ShortAnswer"]),
+    (("ReFree", "PK"), {"PK": 0.05}, ["ShortAnswer"]),  # PK at or below t: never run
+    (("Wiki@2@CP",), None, ["CompressForQuery", "ShortAnswer"]),
+    (("PK&Wiki@2@CP",), None, ["BackgroundDocument", "CompressForQuery", "ShortAnswer"]),
+    (("(PK&Wiki@2)@RR@2",), None, ["BackgroundDocument", "ShortAnswer"]),
+])
+def test_eor_min_lm_rounds_is_the_deepest_active_members_chain(use_lm, pool, weights, stages):
+    """The constructor applies the comment: 1 reader round plus the deepest active member's
+    LM steps before reading (PK, then @CP); each scripted run here takes exactly that chain."""
+    from ambiqa.programs.eor import EoR
+    from ambiqa.retrieval.base import InMemoryRetriever
+
+    lm = use_lm(scripted_lm({"ShortAnswer": {"answer": "Rupert Grint"},
+                             "BackgroundDocument": {"background": "Background: Ron."},
+                             "CompressForQuery": {"relevant": "Rupert Grint played Ron."}}))
+    lm.engine._signature_of("")  # build the table before EoR's threads call it
+    wiki = InMemoryRetriever([Passage("w1", "Ron", "Rupert Grint played Ron Weasley."),
+                              Passage("w2", "Fred", "James Phelps played Fred Weasley.")])
+    prog = EoR(wiki, pool=pool, retriever_weights=weights, encoder=LengthyEncoder(),
+               metric_weights={"em": 1.0}, similarity_metrics=("em",))
+    out = prog(question=Q)
+    assert not out.failed_members
+    assert _stages(lm) == stages
+    assert prog.min_lm_rounds == len(stages)
+
+
+def test_eor_min_lm_rounds_of_a_pool_is_its_longest_members():
+    """Members run concurrently, so the question waits for the longest chain."""
+    from ambiqa.programs.eor import EoR
+
+    assert EoR(pool=("Wiki@2", "ReFree")).min_lm_rounds == 1
+    assert EoR(pool=("Wiki@2", "PK", "ReFree")).min_lm_rounds == 2
+    assert EoR(pool=("Wiki@2@CP", "PK&Wiki@2@CP", "PK")).min_lm_rounds == 3
+    assert EoR().min_lm_rounds == EoR.min_lm_rounds == 2  # the default pool has PK
+
+
+@pytest.mark.parametrize(("max_iter", "rounds"), [(3, 3), (1, 2)])
+def test_resp_min_lm_rounds_follows_max_iter(use_lm, max_iter, rounds):
+    """global summary -> judge (sufficient) -> generate; with one iteration there is no judge
+    after the last round: 2, set by the constructor."""
+    from ambiqa.programs.resp import ReSP
+    from ambiqa.testing import FixedRetriever
+
+    lm = use_lm(scripted_lm({"SummarizeGlobalEvidence": {"evidence": "Grint played Ron."},
+                             "JudgeSufficiency": {"sufficient": True},
+                             "AnswerFromMemories": {"answer": "Rupert Grint"}}))
+    prog = ReSP(FixedRetriever([Passage("p", "P", "Rupert Grint played Ron.")]),
+                max_iter=max_iter)
+    prog(question=Q)
+    assert len(lm.engine.calls) == prog.min_lm_rounds == rounds
