@@ -51,6 +51,7 @@ from ambiqa.fsutil import (
     sha256_file,
     swap_dir_into_place,
 )
+from ambiqa.jsonio import read_json
 from ambiqa.retrieval.checkpoint import (
     INFO_FILE,
     RUN_KEYS,
@@ -125,7 +126,7 @@ def _load_optimizer(optimizer: Any, src: Path) -> None:
     from safetensors.torch import load_file
 
     tensors = load_file(str(src / OPTIMIZER_FILE))
-    meta = json.loads((src / OPTIMIZER_META).read_text())
+    meta = read_json(src / OPTIMIZER_META, error=ModelError)
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         idx, key = name.split(".", 1)
@@ -415,9 +416,9 @@ def _read_state(work: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = read_json(path, error=ModelError)
         state["settings"], int(state["steps_done"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ModelError, ValueError, KeyError, TypeError):
         log.warning("ignoring unreadable %s; training starts over", path)
         return None
     return state

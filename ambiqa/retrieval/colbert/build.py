@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ambiqa.checks import check_int
-from ambiqa.errors import ConfigError, DataError
+from ambiqa.errors import ConfigError, DataError, ModelError
 from ambiqa.fsutil import atomic_write_json, swap_dir_into_place
+from ambiqa.jsonio import read_json
 from ambiqa.retrieval.base import PassageCheck
 from ambiqa.retrieval.colbert.manifest import (
     COLBERT_TSV,
@@ -83,7 +84,8 @@ def build(passages: Iterable[Passage] | str | os.PathLike[str], index_root: Path
         ckpt = checkpoint_info(checkpoint if checkpoint is not None
                                else identity_checkpoint())
         import_colbert()
-        ckpt_meta = json.loads((Path(ckpt["path"]) / "artifact.metadata").read_text())
+        ckpt_meta = read_json(Path(ckpt["path"]) / "artifact.metadata", error=ModelError,
+                              hint="pass a colbert-ai checkpoint directory (--checkpoint)")
         with captured_output(tmp / LOG_FILE) as terminal, warnings.catch_warnings(), \
                 BuildProgress(n, nranks, terminal if progress else None,
                                int(ckpt_meta.get("dim", 128)), kmeans_share) as bar:
