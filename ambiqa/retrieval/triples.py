@@ -40,6 +40,7 @@ from typing import Any
 from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.fsutil import atomic_write, atomic_write_json
+from ambiqa.jsonio import loads, read_json
 from ambiqa.types import Passage
 
 DEFAULT_SOURCES = ("asqa:train", "hotpotqa:train")
@@ -385,24 +386,30 @@ def save_training_data(data: TrainingData, out_dir: Path) -> None:
 
 
 def load_training_data(out_dir: Path) -> TrainingData:
+    """The training data saved under ``out_dir``, every file and line through the guarded
+    JSON reader (:mod:`ambiqa.jsonio`): a damaged file is one DataError, not a traceback."""
     out_dir = Path(out_dir)
-    try:
-        queries = json.loads((out_dir / "queries.json").read_text(encoding="utf-8"))
-        with open(out_dir / "collection.jsonl", encoding="utf-8") as fh:
-            collection = [json.loads(line) for line in fh if line.strip()]
-        with open(out_dir / "triples.jsonl", encoding="utf-8") as fh:
-            triples = [json.loads(line) for line in fh if line.strip()]
-        stats = json.loads((out_dir / "triples_stats.json").read_text(encoding="utf-8"))
-        val_path = out_dir / "validation.json"
-        validation = json.loads(val_path.read_text(encoding="utf-8")) \
-            if val_path.is_file() else []
-        scores: list[list[float]] = []
-        if (out_dir / "scores.jsonl").is_file():
-            with open(out_dir / "scores.jsonl", encoding="utf-8") as fh:
-                scores = [json.loads(line) for line in fh if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read training data under {out_dir}: {exc}",
-                        hint="delete the directory to rebuild the triples") from exc
+    hint = "delete the directory to rebuild the triples"
+
+    def whole(name: str) -> Any:
+        return read_json(out_dir / name, max_bytes=None, hint=hint)
+
+    def lines(name: str) -> list[Any]:
+        path = out_dir / name
+        try:
+            raw = path.read_bytes().split(b"\n")
+        except OSError as exc:
+            raise DataError(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
+        return [loads(line, source=f"{path}, line {n}", hint=hint)
+                for n, line in enumerate(raw, start=1) if line.strip()]
+
+    queries = whole("queries.json")
+    collection = lines("collection.jsonl")
+    triples = lines("triples.jsonl")
+    stats = whole("triples_stats.json")
+    validation = whole("validation.json") if (out_dir / "validation.json").is_file() else []
+    scores: list[list[float]] = (lines("scores.jsonl")
+                                 if (out_dir / "scores.jsonl").is_file() else [])
     data = TrainingData(queries, collection, triples, stats, validation, scores)
     width = len(triples[0]) if triples else 3
     for t in triples:
