@@ -2,11 +2,16 @@
 
 * BENCHMARKS.md's ASQA table (the block in ``benchmarks/results/sections/today.md``): every
   stored ASQA dev run of the default 1.5B over ``dense:wiki-dense``, zero-shot and compiled,
-  with STR-EM, ROUGE-L, D-F1, DR, DR paired against zero-shot ``vanilla_rag`` and the median
-  length of the long answer (the references' is 61 words);
-* the README's "Pick a program" table: one line per program with its LM calls per question
-  and its standing, each figure computed here from the same runs (and the short-answer runs
-  for the programs made for NQ-, WebQ- and HotpotQA-like questions).
+  with STR-EM, ROUGE-L, D-F1, DR, DR paired against zero-shot ``vanilla_rag``, the median
+  length of the long answer (the references' is 61 words) and its cost per question;
+* the README's "Pick a program" table: one line per program with its LM calls, tokens and
+  seconds per question and its standing, each figure computed here from the same runs (and
+  the short-answer runs for the programs made for NQ-, WebQ- and HotpotQA-like questions).
+
+Cost per question, in both (means over every row, failed ones included): prompt tokens the
+LM computed, prompt tokens its prompt cache served (the rest of the prompt), output tokens,
+and wall seconds as each run measured them (runs of different days on a shared 2-core
+machine: seconds compare loosely, tokens exactly).
 
 Both live between ``<!-- program-table:... -->`` marker lines; the text around them is prose
 and stays hand-written. D-F1 is read by ``extractive:minilm-asqa-v3`` (a stand-in for the
@@ -96,8 +101,45 @@ def paired(path: str, base: str, metric: str) -> dict:
     return paired_comparison(run(base).rows, run(path).rows, metric)
 
 
+@functools.cache
+def costs(path: str) -> dict[str, dict[str, float]]:
+    return cost_stats(run(path).rows)
+
+
 def lm_calls(path: str) -> float:
-    return cost_stats(run(path).rows)["lm_calls"]["mean"]
+    return costs(path)["lm_calls"]["mean"]
+
+
+def per_question(path: str) -> dict[str, float]:
+    """Means per question from the run's rows (failed questions included: they cost too):
+    prompt tokens the LM computed, prompt tokens its prompt cache served, output tokens, and
+    wall seconds as the run measured them."""
+    c = costs(path)
+    computed = c["computed_tokens"]["mean"]
+    return {"computed": computed, "cached": max(c["input_tokens"]["mean"] - computed, 0.0),
+            "output": c["output_tokens"]["mean"], "seconds": c["wall_s"]["mean"]}
+
+
+#: the cost columns of both tables, after the quality columns
+COST_HEAD = ("computed prompt tok/q", "cached prompt tok/q", "output tok/q", "s/q")
+
+
+def from_response_cache(path: str) -> bool:
+    """Whether most of the run's questions were answered from DSPy's response cache (LM
+    calls without a token: rows written before ``cached_calls`` was recorded): their tokens
+    and seconds are not what the program costs."""
+    rows = [r for r in run(path).rows if r.get("cost")]
+    served = sum(1 for r in rows if r["cost"].get("lm_calls")
+                 and not r["cost"].get("input_tokens"))
+    return bool(rows) and served > len(rows) / 2
+
+
+def cost_cells(path: str) -> list[str]:
+    if not exists(path) or from_response_cache(path):
+        return ["–"] * len(COST_HEAD)
+    q = per_question(path)
+    return [f"{q['computed']:,.0f}", f"{q['cached']:,.0f}", f"{q['output']:,.0f}",
+            f"{q['seconds']:.0f}"]
 
 
 def median_words(path: str) -> float:
@@ -140,7 +182,8 @@ def standing(path: str, base: str, metric: str) -> str:
 
 def asqa_table() -> str:
     head = ("| program (optimizer) | n | STR-EM | ROUGE-L | D-F1 | DR | Δ DR vs vanilla_rag "
-            "| median words |\n|---|---:|---|---|---|---|---|---:|")
+            "| median words | " + " | ".join(COST_HEAD) + " |\n|---|---:|---|---|---|---|---|---:|"
+            + "---:|" * len(COST_HEAD))
     lines = [head]
     for row in ASQA_ROWS:
         if not exists(row.run):
@@ -151,7 +194,8 @@ def asqa_table() -> str:
         lines.append(
             f"| {name} | {dr['n']} | {num(value(row.run, 'str-em')['mean'])} "
             f"| {num(value(row.run, 'rouge-l')['mean'])} | {num(value(row.run, 'd-f1')['mean'])} "
-            f"| {with_ci(dr)} | {diff} | {median_words(row.run):.0f} |")
+            f"| {with_ci(dr)} | {diff} | {median_words(row.run):.0f} | "
+            + " | ".join(cost_cells(row.run)) + " |")
     return "\n".join(lines)
 
 
@@ -163,6 +207,9 @@ class ReadmeRow:
     use_when: str
     run: str  # the run its LM calls come from
     standing: Callable[[], str]
+    #: the run its tokens and seconds come from, when ``run``'s answers came from the response
+    #: cache (default: ``run``)
+    cost_run: str | None = None
 
 
 def _asqa(name: str) -> str:
@@ -273,17 +320,22 @@ README_ROWS: list[ReadmeRow] = [
     ReadmeRow("`resp` (`ambiqa.ReSP`)", "multi-hop questions", _short("hotpotqa/resp"), _resp),
     ReadmeRow("`ircot` (`ambiqa.IRCoT`)", "multi-hop, interleaved retrieval",
               _short("hotpotqa/ircot"), _ircot),
+    # the tuned run re-read the members' answers from the response cache (tuning changes the
+    # vote's weights, not the calls): its tokens and seconds are the untuned run's
     ReadmeRow("`eor` (`ambiqa.EoR`)", "unsure whether the corpus covers the questions",
-              _short("webq/eor"), _eor),
+              _short("webq/eor"), _eor, cost_run=_short("webq/eor-untuned")),
 ]
 
 
 def readme_table() -> str:
-    lines = ["| program | use it when | LM calls | standing with the 1.5B (paired, 95% CI) |",
-             "|---|---|---:|---|"]
+    lines = ["| program | use it when | LM calls | " + " | ".join(COST_HEAD)
+             + " | standing with the 1.5B (paired, 95% CI) |",
+             "|---|---|---:|" + "---:|" * len(COST_HEAD) + "---|"]
     for row in README_ROWS:
         calls = num(lm_calls(row.run), 1) if exists(row.run) else "–"
-        lines.append(f"| {row.program} | {row.use_when} | {calls} | {row.standing()} |")
+        lines.append(f"| {row.program} | {row.use_when} | {calls} | "
+                     + " | ".join(cost_cells(row.cost_run or row.run))
+                     + f" | {row.standing()} |")
     return "\n".join(lines)
 
 

@@ -76,7 +76,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     console.print(f"[bold]{args.target}[/bold] on {args.data}: n={summary['n']}, "
                   f"errors={summary['n_errors']} (reader: {spec.reader})")
     _print_metrics(console, summary)
-    console.print(f"  cost/question: {summary['cost']}")
+    console.print(f"  {cost_line(summary)}")
     cached = summary.get("cached") or {}
     if cached.get("examples"):
         from ambiqa.evaluation.report import cached_line
@@ -92,6 +92,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
               "--retry-errors", file=sys.stderr)
         return 1
     return 0
+
+
+def cost_line(summary: dict[str, Any]) -> str:
+    """Means per question, failed questions included: LM and retriever calls, prompt tokens
+    the LM computed and those its prompt cache served, output tokens, wall seconds -- what a
+    program costs beside what it scores. From ``cost_stats`` when the report wrote it, else
+    the runner's ``cost`` (whose prompt tokens all count as computed)."""
+    stats = summary.get("cost_stats") or {}
+    cost = summary.get("cost") or {}
+
+    def mean(key: str) -> float:
+        if key in stats:
+            return float(stats[key].get("mean", 0.0) or 0.0)
+        return float(cost.get(key, 0.0) or 0.0)
+
+    prompt = mean("input_tokens")
+    computed = mean("computed_tokens") if "computed_tokens" in stats or \
+        "computed_tokens" in cost else prompt
+    return (f"cost/question: {mean('lm_calls'):.1f} LM calls, "
+            f"{mean('retriever_calls'):.1f} retriever calls; tokens {computed:,.0f} computed "
+            f"+ {max(prompt - computed, 0.0):,.0f} cached prompt, "
+            f"{mean('output_tokens'):,.0f} output; {mean('wall_s'):.1f} s")
 
 
 def _first_error(out: str) -> str:

@@ -48,7 +48,7 @@ def test_a_row_reports_n_dr_the_paired_difference_and_median_words(benchmark_scr
     assert rows[1][:2] == ["| `diva` (x)", "4"]
     assert rows[1][5].startswith("0.375")  # sqrt(0.75 * 0.1875): the failure counts as 0
     assert rows[1][6].startswith("+0.125")
-    assert rows[1][7] == "4 |"  # median words over the questions that did not fail
+    assert rows[1][7] == "4"  # median words over the questions that did not fail
 
 
 def test_the_block_must_be_marked_once(benchmark_script, tmp_path):
@@ -58,3 +58,40 @@ def test_the_block_must_be_marked_once(benchmark_script, tmp_path):
     text = f"before\n{table.BEGIN}\nold\n{table.END}\nafter"
     assert table.replace_block(text, "|new|", tmp_path) == \
         f"before\n{table.BEGIN}\n|new|\n{table.END}\nafter"
+
+
+def _costly(i, computed, cached, output, wall):
+    row = _row(i, 0.5, 0.5, "a b")
+    row["cost"] = {"lm_calls": 2, "input_tokens": computed + cached, "computed_tokens": computed,
+                   "cached_tokens": cached, "output_tokens": output, "wall_s": wall}
+    return row
+
+
+def test_both_tables_show_tokens_and_seconds_per_question(benchmark_script, tmp_path,
+                                                          monkeypatch):
+    table = benchmark_script("program_table")
+    monkeypatch.setattr(table, "ROOT", tmp_path)
+    _run_dir(tmp_path / "base", [_costly(0, 1000, 500, 200, 90.0),
+                                 _costly(1, 2000, 0, 400, 110.0)])
+    # answered from the response cache (LM calls, no tokens): no cost to show
+    _run_dir(tmp_path / "cached", [_costly(0, 0, 0, 0, 0.03), _costly(1, 0, 0, 0, 0.03)])
+    monkeypatch.setattr(table, "BASELINE", "base")
+    monkeypatch.setattr(table, "ASQA_ROWS", [table.AsqaRow("vanilla_rag", "", "base"),
+                                             table.AsqaRow("eor", "", "cached")])
+    lines = table.asqa_table().splitlines()
+    assert lines[0].endswith("| computed prompt tok/q | cached prompt tok/q | output tok/q "
+                             "| s/q |")
+    assert lines[2].split(" | ")[-4:] == ["1,500", "250", "300", "100 |"]
+    assert lines[3].split(" | ")[-4:] == ["–", "–", "–", "– |"]
+
+    monkeypatch.setattr(table, "README_ROWS", [
+        table.ReadmeRow("`vanilla_rag`", "default", "base", lambda: "DR x"),
+        table.ReadmeRow("`eor`", "unsure", "cached", lambda: "EM y", cost_run="base"),
+        table.ReadmeRow("`gone`", "never", "missing", lambda: "–")])
+    readme = table.readme_table().splitlines()
+    assert readme[0] == ("| program | use it when | LM calls | computed prompt tok/q | cached "
+                         "prompt tok/q | output tok/q | s/q | standing with the 1.5B (paired, "
+                         "95% CI) |")
+    assert readme[2] == "| `vanilla_rag` | default | 2.0 | 1,500 | 250 | 300 | 100 | DR x |"
+    assert readme[3] == "| `eor` | unsure | 2.0 | 1,500 | 250 | 300 | 100 | EM y |"
+    assert readme[4] == "| `gone` | never | – | – | – | – | – | – |"
