@@ -113,7 +113,9 @@ class ToCConfig(ProgramConfig):
         k: passages re-ranked per RAC call and given to the answer (release: 5).
         max_depth, max_nodes, max_failed: the BFS limits (paper: 3, 10, 3).
         min_nodes: pruned nodes restored, nearest the root first, when fewer survive (ours).
-        verify: False is the paper's "RAC+TS" ablation (no verification call).
+        verify: False is the paper's "RAC+TS" ablation: no verification call and no
+            deduplication (Table 3's "w/o Pruning"; the release's ``check_unique`` also runs
+            only with ``--verify``).
         max_workers: sibling expansions run concurrently in batches of this size.
         verification: ``"paper"`` (default), ``"evidence"`` or ``"strict"`` (see step 5 of
             :class:`TreeOfClarifications`).
@@ -152,7 +154,8 @@ class TreeOfClarifications(AmbiqaProgram):
     3. Breadth-first expansion: each valid node re-ranks the same pool against its own DQ and
        runs RAC again; stop at ``max_nodes`` valid nodes, ``max_failed`` failed expansions in
        a row, the depth limit, or ``max_lm_calls`` LM calls (``stop_reason``).
-    4. Deduplication of proposed pairs against every earlier node.
+    4. Deduplication of proposed pairs against every earlier node, pruned ones included
+       (with ``verify`` only: the paper's no-pruning ablation deduplicates nothing).
     5. Self-verification of each new node as it is created (the paper's prompt: AQ, the
        answer-containing passage and the answer; ``verification="evidence"`` asks the same
        with a quoted sentence before a yes/no; ``"strict"`` adds the DQ and asks for scope
@@ -265,21 +268,26 @@ class TreeOfClarifications(AmbiqaProgram):
 
     def _grow(self, run: _Run, parent: _Node, pairs: list[Interpretation],
               queue: deque[_Node]) -> tuple[int, bool]:
-        """Turn one expansion's pairs into child nodes: dedup, verify, enqueue the valid ones.
+        """Turn one expansion's pairs into child nodes: dedup and verify (both only with
+        ``verify``: the paper's "no pruning" has neither), enqueue the valid ones.
 
         Returns (new valid nodes, whether a valid child was left unexpanded by max_depth).
         Children are verified in chunks no larger than the number of valid nodes still wanted,
         so verification never runs past ``max_nodes`` and no call is wasted.
         """
         question = run.nodes[0].question
-        seen = [(normalize_answer(n.question), normalize_answer(n.answer)) for n in run.nodes[1:]]
-        fresh: list[Interpretation] = []
-        for pair in pairs:
-            if _is_duplicate(pair, seen):
-                run.n_duplicates += 1
-                continue
-            seen.append((normalize_answer(pair.question), normalize_answer(pair.answer)))
-            fresh.append(pair)
+        fresh: list[Interpretation] = list(pairs)
+        if self.verify:  # deduplication is part of pruning: verify=False keeps every pair
+            # earlier nodes, pruned ones included, and earlier pairs of this reply
+            seen = [(normalize_answer(n.question), normalize_answer(n.answer))
+                    for n in run.nodes[1:]]
+            fresh = []
+            for pair in pairs:
+                if _is_duplicate(pair, seen):
+                    run.n_duplicates += 1
+                    continue
+                seen.append((normalize_answer(pair.question), normalize_answer(pair.answer)))
+                fresh.append(pair)
 
         added, limited, i = 0, False, 0
         while i < len(fresh) and run.n_valid < self.max_nodes:
@@ -357,7 +365,11 @@ class TreeOfClarifications(AmbiqaProgram):
 
     def _evidence(self, run: _Run, pair: Interpretation, vec: np.ndarray,
                   context: list[Passage]) -> list[Passage]:
-        """The answer-containing passage for a new node (see the module docstring)."""
+        """The answer-containing passage for a new node, sought only in ``context``, the
+        parent's ``k`` re-ranked passages: the cited one when it holds the answer (whole
+        words), else the answer holder closest to the DQ, else the cited passage, else the
+        closest one (docs/methods.md#tree-of-clarifications: the release looks in every
+        passage selected anywhere in the tree)."""
         by_id = {p.id: p for p in context}
         cited = [by_id[pid] for pid in pair.passages if pid in by_id]
 

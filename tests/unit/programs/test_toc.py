@@ -237,6 +237,99 @@ def test_verify_false_makes_no_self_verify_call(use_lm):
     assert all(n["valid"] and not n["pruned"] for n in out.tree)
 
 
+def test_verify_false_deduplicates_nothing_as_the_release(use_lm):
+    """The "RAC+TS" ablation has no pruning, and deduplication is pruning (paper Table 3's
+    "w/o Pruning" row; the release calls ``check_unique`` only under ``--verify``): every
+    proposed pair becomes a node, repeats of earlier nodes included. (An exact repeat inside
+    one reply is dropped by ``ClarifyStep`` for every program, so the reply below gives 2.)"""
+    fred = "Who played Fred Weasley in the Harry Potter films?"
+    lower = "who played fred weasley in the harry potter films"
+
+    def clarify(inputs):
+        if inputs["question"] == AQ:
+            return pairs((fred, "James Phelps"), (fred, "James Phelps"), (lower, "J. Phelps"))
+        return pairs((fred, "James Phelps"))
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify, "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10, max_depth=2, verify=False)(question=AQ)
+    assert out.n_duplicates == 0 and lm.engine.count("SelfVerify") == 0
+    # depth 1: fred and its lower-case twin; depth 2: fred again under each of them
+    assert [(n["depth"], n["question"]) for n in out.tree[1:]] == [
+        (1, fred), (1, lower), (2, fred), (2, fred)]
+    assert len(out.interpretations) == 4
+    # the same replies with verification: the twin and both repeats are duplicates
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify, "SelfVerify": {"valid": True},
+                             "WriteLongAnswer": LONG}))
+    out = make(max_nodes=10, max_depth=2)(question=AQ)
+    assert [n["question"] for n in out.tree[1:]] == [fred] and out.n_duplicates == 2
+
+
+def test_dedup_compares_with_pruned_nodes_too(use_lm):
+    """Declared deviation: a pair repeating a *pruned* node is dropped unverified (the
+    release's ``check_unique`` compares with the valid nodes only, so it would verify it
+    again)."""
+    bad = "Which Weasley bad bravo?"
+
+    def clarify(inputs):
+        q = inputs["question"]
+        if q == AQ:
+            return pairs(("Which Weasley alpha?", "a"), (bad, "bad b"))
+        if q == "Which Weasley alpha?":
+            return pairs((bad, "bad b"))  # proposes the pruned reading again
+        return pairs()
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify,
+                             "SelfVerify": valid_unless("bad"), "WriteLongAnswer": LONG}))
+    out = make(min_nodes=0)(question=AQ)
+    assert [n["question"] for n in out.tree[1:]] == ["Which Weasley alpha?", bad]
+    assert out.tree[2]["pruned"]
+    assert out.n_duplicates == 1
+    assert lm.engine.count("SelfVerify") == 2  # the repeat was never verified
+
+
+def test_evidence_is_sought_only_in_the_parents_passages(use_lm):
+    """Declared deviation: a node's answer-containing passage comes from its parent's ``k``
+    re-ranked passages. Here the answer of George's child ("James Phelps") sits only in the
+    passage Fred's branch read; the release (every passage selected in the tree) or a pool-wide
+    search would verify against that passage, this program against George's, which it cites."""
+    from ambiqa.testing import KeywordEncoder
+
+    aq = "Who played a Weasley twin?"
+    twin = "Who played George's twin?"
+    docs = [Passage("family", "Weasleys", "The Weasleys are a large wizarding family."),
+            Passage("fred", "Fred Weasley", "James Phelps played Fred."),
+            Passage("george", "George Weasley", "Oliver Phelps played George.")]
+
+    def clarify(inputs):
+        q = inputs["question"]
+        if q == aq:
+            return pairs(("Who played Fred?", "James Phelps"),
+                         ("Who played George?", "Oliver Phelps"))
+        if q == "Who played George?":
+            return pairs((twin, "James Phelps"))
+        return pairs()
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify, "SelfVerify": {"valid": True},
+                             "WriteLongAnswer": LONG}))
+    encoder = KeywordEncoder({"Fred": [1, 0, 0], "George": [0, 1, 0]}, fallback=[0, 0, 1])
+    prog = TreeOfClarifications(InMemoryRetriever(docs), encoder=encoder, n_retrieve=3, k=1,
+                                max_workers=1)
+    out = prog(question=aq)
+    by_q = {n["question"]: n for n in out.tree}
+    assert by_q["Who played Fred?"]["context"] == ["fred"]  # Fred's branch read it first
+    assert by_q["Who played George?"]["context"] == ["george"]
+    child = by_q[twin]
+    assert child["parent"] == by_q["Who played George?"]["id"]
+    assert child["passages"] == ["george"]
+    verified = {value(inp, "answer"): inp["passage"] for key, inp in lm.engine.calls
+                if key == "SelfVerify" and "Oliver" not in value(inp, "answer")}
+    assert len(verified) == 1  # both "James Phelps" nodes: Fred's (from the root's passage)
+    assert all("James Phelps played Fred" not in v for v in verified.values())
+    twin_call = [inp["passage"] for key, inp in lm.engine.calls
+                 if key == "SelfVerify" and inp["passage"].count("Oliver Phelps played George")]
+    assert twin_call  # the twin's verifier read George's passage, not Fred's
+
+
 def test_dedup_same_question_or_same_answer_to_near_identical_question(use_lm):
     fred = "Who played Fred Weasley in the Harry Potter films?"
     george = "Who played George Weasley in the Harry Potter films?"
