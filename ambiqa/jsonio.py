@@ -1,5 +1,6 @@
 """The one guarded JSON reader: every JSON file or line ambiqa reads from a user or from disk
-goes through :func:`read_json` (a file) or :func:`loads` (text already in memory).
+goes through :func:`read_json` (a file), :func:`loads` (text already in memory) or
+:func:`read_capped` then :func:`loads` (a caller that also needs the bytes).
 
 Why one reader: Python's ``json`` parser recurses once per nesting level, so a 10,000-deep
 document (a damaged file, or an attack) ended in a ``RecursionError`` traceback in nine places
@@ -27,7 +28,7 @@ from typing import Any
 
 from ambiqa.errors import AmbiqaError, DataError
 
-__all__ = ["MAX_DEPTH", "MAX_META_BYTES", "depth_ok", "loads", "read_json"]
+__all__ = ["MAX_DEPTH", "MAX_META_BYTES", "depth_ok", "loads", "read_capped", "read_json"]
 
 #: deepest JSON nesting read anywhere (what ambiqa writes is under ten levels deep; data rows
 #: with passages a few more); a deeper document is damage or an attack
@@ -81,6 +82,26 @@ def loads(text: bytes | str, *, source: str, error: type[AmbiqaError] = DataErro
         raise error(f"{source}: unreadable JSON ({str(exc)[:80]})", hint=hint) from exc
 
 
+def read_capped(path: str | Path, *, error: type[AmbiqaError] = DataError,
+                max_bytes: int | None = MAX_META_BYTES, what: str = "file",
+                hint: str | None = None, size_hint: str | None = None) -> bytes:
+    """The bytes of the file ``path``, read once, after its size is checked against
+    ``max_bytes`` (see :func:`read_json` for the arguments). For a caller that needs the bytes
+    as well as the document (the program loader hashes what it parsed)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
+    if max_bytes is not None and size > max_bytes:
+        raise error(f"{path} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:g} MiB "
+                    f"cap for a {what}", hint=size_hint or hint)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
+
+
 def read_json(path: str | Path, *, error: type[AmbiqaError] = DataError,
               max_bytes: int | None = MAX_META_BYTES, max_depth: int = MAX_DEPTH,
               what: str = "file", hint: str | None = None, size_hint: str | None = None) -> Any:
@@ -91,16 +112,6 @@ def read_json(path: str | Path, *, error: type[AmbiqaError] = DataError,
     ``hint`` for a file over the cap (how to raise it). A missing or unreadable file is an
     ``error`` too.
     """
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise error(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
-    if max_bytes is not None and size > max_bytes:
-        raise error(f"{path} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:g} MiB "
-                    f"cap for a {what}", hint=size_hint or hint)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise error(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
+    raw = read_capped(path, error=error, max_bytes=max_bytes, what=what, hint=hint,
+                      size_hint=size_hint)
     return loads(raw, source=str(path), error=error, max_depth=max_depth, hint=hint)

@@ -8,7 +8,8 @@ these settings from its flags and prints the results; benchmark scripts call the
 The LM: pass ``lm=`` (a ``dspy.LM`` or a spec such as ``"embedded:qwen2.5-coder-0.5b"``); without
 one the LM DSPy is configured with is used (``dspy.configure(lm=...)`` or
 ``ambiqa.configure(...)``). Targets (program name, artifact, a program's own ``.save()``
-JSON, a module) are resolved by :func:`ambiqa.api.targets.resolve`; data is a spec
+JSON, a module) are resolved by :func:`ambiqa.api.targets.resolve` (a file through the one
+loader, :mod:`ambiqa.api.loader`); data is a spec
 (``asqa:dev:50``, ``jsonl:my_questions.jsonl``), a path to a ``.jsonl`` question file, or a list
 of ``dspy.Example`` / dicts.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.api.indexing import settings_from
+from ambiqa.api.loader import open_program, read_program_file
 from ambiqa.api.targets import Target, check_target, is_file_target, resolve
 from ambiqa.errors import ConfigError
 
@@ -208,14 +210,16 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
         _check_not_empty(examples, f"{spec_text or 'the data'}, part {cfg.part},")
     names = metric_names(cfg.metrics, examples)
     label = _target_label(target)
-    artifact_sha = None
-    if is_file_target(target):
-        from ambiqa.api.targets import file_sha256
-
-        artifact_sha = file_sha256(target)
     out = Path(cfg.out) if cfg.out is not None else None
     lm_label = cfg.lm_label if cfg.lm_label is not None else (lm if isinstance(lm, str) else None)
     config = dict(cfg.program_config or {})
+    # a program file is read and validated once, here, and refused now (before the LM
+    # loads) if it needs a retriever it cannot have; the same read gives its sha256
+    pf = read_program_file(target) if is_file_target(target) else None
+    if pf is not None:
+        pf.check_start(given=retriever is not None or cfg.index is not None,
+                       config=config or None)
+    artifact_sha = pf.sha256 if pf is not None else None
     data_label = spec_text or f"<{len(examples)} examples>"
     if out is not None:
         draft = RunSpec(program=label, data=data_label, metrics=names, lm=lm_label,
@@ -227,8 +231,12 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
         ensure_writable_dir(out)
     use_lm(make_lm() if make_lm is not None and lm is None else lm)
     reader = make_reader(cfg.reader)
-    found = resolve(target, retriever=retriever, index=cfg.index, index_root=cfg.index_root,
-                    config=config or None)
+    if pf is not None:
+        found = open_program(pf, retriever=retriever, index=cfg.index,
+                             index_root=cfg.index_root)
+    else:
+        found = resolve(target, retriever=retriever, index=cfg.index,
+                        index_root=cfg.index_root, config=config or None)
     from ambiqa.evaluation.reader import reader_identity, stand_in_note
     from ambiqa.evaluation.registry import NEEDS_READER
 

@@ -105,8 +105,9 @@ def program_or_artifact(args: argparse.Namespace, target: str | None) -> Any:
     from ambiqa.programs.registry import program_class
 
     name = target or "vanilla_rag"
-    if is_file_target(name):
-        return resolve(name, retriever=retriever_from_args(args, needed=False)).program
+    if is_file_target(name):  # the one loader: read once, then the index (--index or its own)
+        return resolve(name, index=getattr(args, "index", None) or None,
+                       index_root=getattr(args, "index_root", None)).program
     cls = program_class(name)
     return resolve(name, retriever=retriever_from_args(args, cls.needs_retriever),
                    config=program_config(args) or None).program

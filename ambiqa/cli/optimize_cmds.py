@@ -238,9 +238,9 @@ def cmd_tune_eor(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from ambiqa.optimizers.export import export_prompts, render
 
+    if args.verify:  # runs the program: loaded once, with its index (program_or_artifact)
+        return _verify(args)
     program, manifest = load_for_export(args.artifact, with_manifest=True)
-    if args.verify:
-        return _verify(args, manifest)
     text = render(export_prompts(program), args.format, manifest=manifest)
     if args.out:
         from ambiqa.fsutil import atomic_write_text
@@ -252,7 +252,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
+def _verify(args: argparse.Namespace) -> int:
     """Run the program on a few questions; for each predictor call check that the messages
     DSPy sent equal the exported prompt filled in (exact text), then send the filled export
     straight to the LM and compare parsed outputs."""
@@ -263,8 +263,8 @@ def _verify(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
     if not args.data:
         raise ConfigError("--verify needs questions: pass --data SPEC (e.g. asqa:dev:2)")
     questions = [ex.question for ex in load_dataset(args.data)][: args.n]
+    program = program_or_artifact(args, args.artifact)  # refused before the LM loads
     lm = lm_from_args(args)
-    program = program_or_artifact(args, args.artifact)
     captured = capture_inputs(program, questions)
     results = verify_export(program, captured, lm, via="jinja" if args.format == "jinja"
                             else "json")

@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ConfigError(f"ambiqa serve needs FastAPI and uvicorn ({exc.name} is missing)",
                           hint="pip install fastapi uvicorn") from exc
-    from ambiqa.optimizers.artifact import read_artifact
+    from ambiqa.api.loader import read_program_file
     from ambiqa.serve.loading import load_served
 
     token = _token(args)
@@ -47,10 +47,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be 0-65535, got {args.port}")
     if args.concurrency is not None and args.concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {args.concurrency}")
-    read_artifact(args.artifact)  # a wrong path or a broken file fails now, not after start-up
+    # read and validated once, now: a wrong path, a broken file, or a program that needs a
+    # retriever with no index to open fails before the port opens, never as a "ready" server
+    # whose every answer is an error (the same refusal as ask and ambiqa.load)
+    program_file = read_program_file(args.artifact)
+    program_file.check_start(given=bool(args.index))
 
     def load() -> Any:
-        return load_served(args.artifact, lm_spec=args.lm, api_base=args.api_base,
+        return load_served(program_file, lm_spec=args.lm, api_base=args.api_base,
                            api_key_env=args.api_key_env, max_tokens=args.max_tokens,
                            lm_threads=args.lm_threads, cache=not args.no_cache,
                            index=args.index, index_root=args.index_root,

@@ -335,59 +335,105 @@ def check_eor_pool(manifest: dict[str, Any], program: Any, retriever: Any,
                                 hint="tune weights for this pool with `ambiqa tune-eor`")
 
 
+def check_fingerprint(recorded: Any, retriever: Any, path: Path | str, *,
+                      strict: bool | None = None, given: bool = False) -> None:
+    """The one fingerprint policy of every loader (``ambiqa.load``, ``evaluate``, ``ask``,
+    ``serve``, ``export --verify`` through :mod:`ambiqa.api.loader`, and :func:`load_artifact`).
+
+    ``recorded``: the ``{kind, index, fingerprint}`` the file records. A program's demos were
+    bootstrapped over that index; with another one the demos still work, but the scores in
+    the manifest no longer describe the set-up. ``strict=None`` (the default): the recorded
+    index opened by name with a different fingerprint (rebuilt from another corpus) is an
+    :class:`ArtifactError`, a retriever passed on purpose (``given``: ``retriever=``,
+    ``--index``) only a warning -- the caller chose it. ``strict=True`` makes both an error,
+    ``strict=False`` (the opt-out) both a warning.
+    """
+    want = recorded.get("fingerprint") if isinstance(recorded, dict) else None
+    have = getattr(retriever, "fingerprint", None)
+    if not want or not have or want == have:
+        return
+    msg = f"{path}: compiled against index {want}, but the retriever at hand is {have}"
+    if strict or (strict is None and not given):
+        raise ArtifactError(msg, hint="rebuild the index from the same corpus, recompile, "
+                                      "or pass strict_fingerprint=False")
+    log.warning(msg)
+
+
+def artifact_program_class(manifest: dict[str, Any], path: Path | str) -> Any:
+    """The registered class of the program an artifact names (an unknown name is an
+    :class:`ArtifactError` naming the file)."""
+    from ambiqa.programs.registry import program_class
+
+    try:
+        return program_class(manifest["program"])
+    except ConfigError as exc:
+        raise ArtifactError(f"{path}: {exc.message}", hint=exc.hint) from exc
+
+
+def build_artifact_program(doc: dict[str, Any], path: Path | str, *, retriever: Any,
+                           knn_encoder: Any = None, program_kwargs: dict[str, Any] | None = None,
+                           check_pool: bool = True) -> Any:
+    """Build the program a validated artifact ``doc`` describes over ``retriever`` (None:
+    none): the stored config, the state, the optimizer's run-time hooks, ``.manifest``.
+
+    Used by every loader, so an artifact becomes the same program whichever loads it.
+    ``check_pool=False`` skips the EoR pool check (exporting prompts opens no sources).
+    """
+    from ambiqa.programs.registry import build_program
+
+    manifest = doc["manifest"]
+    config = manifest.get("program_config") or {}
+    if not isinstance(config, dict):
+        raise ArtifactError(f"{path}: program_config must be an object")
+    artifact_program_class(manifest, path)
+    clash = set(program_kwargs or {}) & set(config)
+    if clash:
+        raise ArtifactError(f"program_kwargs repeat stored settings: {sorted(clash)}",
+                            hint="tuned settings live in the artifact; pass only run-time "
+                                 "objects such as sources or an encoder")
+    program = build_program(manifest["program"], retriever=retriever, **config,
+                            **(program_kwargs or {}))
+    if check_pool:
+        check_eor_pool(manifest, program, retriever, program_kwargs or {}, path)
+    load_program_state(program, doc["state"], path)
+    install_optimizer_hooks(program, manifest, knn_encoder=knn_encoder)
+    program.manifest = manifest
+    return program
+
+
 def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: Any = None,
-                  strict_fingerprint: bool = False, knn_encoder: Any = None,
+                  strict_fingerprint: bool | None = None, knn_encoder: Any = None,
                   program_kwargs: dict[str, Any] | None = None) -> Any:
     """Build the compiled program described by an artifact, ready to call.
 
+    The artifact half of ``ambiqa.load``, for code that holds an artifact and a retriever;
+    the commands and ``ambiqa.load`` load through :mod:`ambiqa.api.loader`, which also reads
+    a program's own ``.save()`` JSON and refuses, at start, a program that needs a retriever
+    and has none. Both build with :func:`build_artifact_program` and judge the index with
+    :func:`check_fingerprint`.
+
     ``retriever``: pass one to override the index named in the manifest; otherwise the index
-    is opened by name. A retriever whose fingerprint differs from the one the program was
-    compiled against gets a warning (or an error with ``strict_fingerprint``): the demos
-    still work, but scores in the manifest no longer describe this set-up.
+    is opened by name. A fingerprint that differs from the one the program was compiled
+    against: see :func:`check_fingerprint` (``strict_fingerprint`` is its ``strict``).
     ``lm``: if given, it is configured as DSPy's LM (with ambiqa tracing).
     ``knn_encoder``: the sentence encoder for an artifact compiled with ``knn`` (default: the
     local MiniLM, loaded on the first call).
     ``program_kwargs``: run-time objects the manifest cannot hold (EoR's extra ``sources``,
     an ``encoder``); they must not repeat a key of the stored program config.
     """
-    from ambiqa.programs.registry import build_program
-
     doc = read_artifact(path)
     manifest = doc["manifest"]
-    program_name = manifest["program"]
-    config = manifest.get("program_config") or {}
-    if not isinstance(config, dict):
-        raise ArtifactError(f"{path}: program_config must be an object")
-    try:
-        from ambiqa.programs.registry import program_class
-
-        cls = program_class(program_name)
-    except ConfigError as exc:
-        raise ArtifactError(f"{path}: {exc.message}", hint=exc.hint) from exc
+    cls = artifact_program_class(manifest, path)
     info = manifest.get("retriever") or {}
+    given = retriever is not None
     if retriever is None and getattr(cls, "needs_retriever", True) and info.get("index"):
         from ambiqa.retrieval.factory import open_retriever
 
         retriever = open_retriever(info)
-    if retriever is not None and info.get("fingerprint"):
-        have = getattr(retriever, "fingerprint", None)
-        if have and have != info["fingerprint"]:
-            msg = (f"{path}: compiled against index {info['fingerprint']}, "
-                   f"but the retriever at hand is {have}")
-            if strict_fingerprint:
-                raise ArtifactError(msg, hint="rebuild the index from the same corpus or recompile")
-            log.warning(msg)
-    clash = set(program_kwargs or {}) & set(config)
-    if clash:
-        raise ArtifactError(f"program_kwargs repeat stored settings: {sorted(clash)}",
-                            hint="tuned settings live in the artifact; pass only run-time "
-                                 "objects such as sources or an encoder")
-    program = build_program(program_name, retriever=retriever, **config,
-                            **(program_kwargs or {}))
-    check_eor_pool(manifest, program, retriever, program_kwargs or {}, path)
-    load_program_state(program, doc["state"], path)
-    install_optimizer_hooks(program, manifest, knn_encoder=knn_encoder)
-    program.manifest = manifest
+    if retriever is not None:
+        check_fingerprint(info, retriever, path, strict=strict_fingerprint, given=given)
+    program = build_artifact_program(doc, path, retriever=retriever, knn_encoder=knn_encoder,
+                                     program_kwargs=program_kwargs)
     from ambiqa.optimizers.splits import guard_warning
 
     loud = guard_warning(manifest)

@@ -42,6 +42,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from ambiqa.api.loader import check_runnable
 from ambiqa.errors import AmbiqaError, ConfigError
 from ambiqa.lm.redact import redact
 from ambiqa.programs.base import MAX_QUESTION_CHARS, check_question
@@ -230,7 +231,9 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
     """The app serving one program.
 
     ``load``: a :class:`ServedProgram`, or a function that builds one (run in a thread when
-    the app starts, so ``/healthz`` answers and ``/readyz`` says "loading" meanwhile).
+    the app starts, so ``/healthz`` answers and ``/readyz`` says "loading" meanwhile). A
+    program that needs a retriever and has none is refused: here for a ServedProgram, as a
+    load failure (``/readyz`` 503, ``on_load_failed``) for a function.
     ``slots``: concurrent program calls (default: ``ServedProgram.lm_slots``); ``queue``:
     requests that may wait for a slot; ``timeout_s``: deadline per request, queueing
     included; ``token``: if set, ``/v1/*`` requires ``Authorization: Bearer <token>``;
@@ -238,6 +241,8 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
     ``timeout_s``); ``on_load_failed``: called with the error when loading fails (the CLI
     stops the server there).
     """
+    if isinstance(load, ServedProgram):
+        check_runnable(load.program)  # refused here, never a ready server that cannot answer
     if slots is not None and slots < 1:
         raise ConfigError(f"slots must be >= 1, got {slots}")
     if queue < 0:
@@ -250,6 +255,7 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
     async def _load() -> None:
         try:
             served = load if isinstance(load, ServedProgram) else await asyncio.to_thread(load)
+            check_runnable(served.program)
             n = slots or served.lm_slots
             # slot threads + as many again for calls abandoned after a 504 + nested fan-out
             executor = ThreadPoolExecutor(max_workers=2 * n + 4,

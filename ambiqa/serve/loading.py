@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambiqa.api.loader import ProgramFile, open_program, read_program_file
 from ambiqa.errors import ConfigError
 
 #: Concurrency for an endpoint LM whose capacity ambiqa cannot know (``--concurrency`` sets it).
@@ -68,31 +69,36 @@ def lm_slots(lm: Any) -> int | None:
     return int(n) if isinstance(n, int) and n >= 1 else None
 
 
-def load_served(artifact: str | Path, *, lm_spec: str | None = None,
+def load_served(artifact: str | Path | ProgramFile, *, lm_spec: str | None = None,
                 api_base: str | None = None, api_key_env: str | None = None,
                 max_tokens: int = 512, lm_threads: int | None = None, cache: bool = True,
                 index: str | None = None, index_root: str | None = None,
                 concurrency: int | None = None) -> ServedProgram:
-    """Build the LM, open the index and load the artifact (what ``ambiqa ask`` does), without
-    making the LM DSPy's global default: the app passes it to each request's context."""
+    """Build the LM, then load the program file through the one loader
+    (:mod:`ambiqa.api.loader`: what ``ambiqa.load`` and ``ask`` do, the same fingerprint
+    policy, a program that needs a retriever and has none refused), without making the LM
+    DSPy's global default: the app passes it to each request's context.
+
+    ``artifact``: an artifact or a program's own ``.save()`` JSON, or the
+    :class:`~ambiqa.api.loader.ProgramFile` the CLI already read before it started listening
+    (so the file is read once).
+    """
     from ambiqa.lm import check_reachable, make_lm
-    from ambiqa.optimizers.artifact import load_artifact
-    from ambiqa.retrieval.factory import describe, open_retriever
+    from ambiqa.retrieval.factory import describe
 
     lm = make_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens,
                  threads=lm_threads, cache=cache)
     # never "ready" in front of a dead endpoint whose answers the cache would fake (issue 42)
     check_reachable(lm)
-    retriever = None
-    if index:
-        retriever = open_retriever(index, root=Path(index_root) if index_root else None)
-    program = load_artifact(artifact, retriever=retriever)
-    manifest = dict(getattr(program, "manifest", {}) or {})
+    pf = artifact if isinstance(artifact, ProgramFile) else read_program_file(artifact)
+    found = open_program(pf, index=index or None, index_root=index_root)
+    program = found.program
+    manifest = dict(found.manifest or {})
     info = describe(getattr(program, "retriever", None))
     info = {**(manifest.get("retriever") or {}), **{k: v for k, v in info.items() if v}}
     if index:
         info["opened_as"] = index
-    return ServedProgram(program=program, lm=lm, artifact=str(artifact), manifest=manifest,
+    return ServedProgram(program=program, lm=lm, artifact=str(pf.path), manifest=manifest,
                          index=info, lm_slots=choose_slots(lm, concurrency))
 
 
