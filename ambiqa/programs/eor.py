@@ -388,8 +388,8 @@ class EoR(AmbiqaProgram):
     def _compress_passage(self, question: str, passage: Passage) -> str:
         pred = safe_step("eor.compress", lambda: self.compressor(
             query=question, document=as_data(passage.render())), None)
-        if pred is None:  # keep the passage uncompressed rather than lose it
-            return passage.text
+        if pred is None:  # an unparseable reply says nothing about relevance (an empty one
+            return passage.text  # does): read the passage as retrieved, not lose it (traced)
         return _clean(pred.relevant)
 
     def _judge_same(self, question: str, a: str, b: str) -> float | None:

@@ -267,6 +267,30 @@ def test_compressed_and_reranked_members(use_lm):
     assert out.winner == "Wiki@2@CP"
 
 
+def test_an_unparseable_compressor_reply_keeps_the_passage_uncompressed(use_lm):
+    """Declared (docs/methods.md#eor): a compressor reply that cannot be parsed says nothing
+    about relevance, so that passage is read as retrieved (whole text) and the step is
+    traced; an empty reply, the compressor's "nothing here", drops the passage."""
+
+    def compress(inputs):
+        if "Marseille" in inputs["document"]:
+            return "I cannot follow the format at all"  # unparseable, also for the fallback
+        if "Paris" in inputs["document"]:
+            return {"relevant": "Paris is the capital."}
+        return {"relevant": ""}
+
+    lm = use_lm(lm_with(answers_for(Wiki="Paris"), CompressForQuery=compress))
+    prog = EoR(retriever=InMemoryRetriever([*WIKI, Passage("w3", "Nice", "Nice has a beach.")]),
+               pool=("Wiki@3@CP",), encoder=HashEncoder())
+    out = prog(question=QUESTION)
+    assert lm.engine.count("CompressForQuery") == 4  # Marseille's twice: the JSON fallback
+    assert out.member_passages == {"Wiki@3@CP": ["w1", "w2"]}  # w3's empty reply dropped it
+    (read,) = [inp["passages"] for key, inp in lm.engine.calls if key == "ShortAnswer"]
+    assert "[1] Paris: Paris is the capital.\n" in read  # compressed
+    assert "[2] Marseille: Marseille is a port city in France." in read  # kept whole
+    assert any(e.startswith("eor.compress") and "degraded" in e for e in out.trace["events"])
+
+
 def test_entailment_metric_uses_the_judge(use_lm):
     lm = use_lm(lm_with(answers_for(Wiki="Paris", BM25="City of Paris", ReFree="Lyon"),
                         JudgeEntailment=lambda inp: {"same": "Paris" in inp["answer_a"]

@@ -289,3 +289,22 @@ def test_group_rerank_merges_sources_and_pk_and_reranks_them_together():
     assert got[0].id == "w2" and got[1].id.startswith("pk:")
     assert got[0].score == pytest.approx(1.0) and got[1].score == pytest.approx(0.9)
     assert asked == ["capital?"]
+
+
+def test_group_rerank_reads_a_long_pk_document_as_one_unchunked_passage():
+    """Declared deviation (docs/methods.md#eor): App. C.1 cuts the PK document into ~100-word
+    chunks before re-ranking; here the whole document is one passage. A 320-word document
+    (well past one chunk) must come back whole, once, and leave room for every other part."""
+    words = [f"capital{i}" if i % 40 == 0 else f"word{i}" for i in range(320)]
+    document = " ".join(words)
+    wiki = InMemoryRetriever([Passage("w1", "River", "The Seine is a river."),
+                              Passage("w2", "Town", "Paris is the capital.")])
+    bm25 = InMemoryRetriever([Passage("b1", "Food", "Lyon has good food.")])
+    pool = PoolRetriever({"Wiki": wiki, "BM25": bm25}, encoder=_Vectors(),
+                         background=lambda q: document)
+    got = pool.run("(BM25@1&PK&Wiki@2)@RR@10", "capital?")
+    background = [p for p in got if p.id.startswith("pk:")]
+    assert len(background) == 1 and background[0].text == document
+    assert len(background[0].text.split()) == 320
+    assert sorted(p.id for p in got if not p.id.startswith("pk:")) == ["b1", "w1", "w2"]
+    assert len(got) == 4  # b1, PK, w1, w2: nothing split, nothing added
