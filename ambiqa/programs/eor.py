@@ -26,8 +26,9 @@ an LM call, so tuning ω^s, ω^r, t and the pooling costs nothing per trial.
 
 The faithfulness table (paper step → code → test) and every deviation with its reason (an
 empty member abstains; ``equivalence`` is a share of Σω^s; local sources stand in for web
-search; @RR with MiniLM; per-passage @CP; metric stand-ins; ignored and failed members;
-the hybrid ``(A&PK&B)@RR@k``) are in ``docs/methods.md#eor``.
+search; @RR with MiniLM; per-passage @CP that copies sentences, an unparseable compression
+keeping its passage whole; metric stand-ins; ignored and failed members; the hybrid
+``(A&PK&B)@RR@k`` with PK's document as one unchunked passage) are in ``docs/methods.md#eor``.
 """
 
 from __future__ import annotations

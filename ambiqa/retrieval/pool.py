@@ -104,9 +104,11 @@ CompressFn = Callable[[str, Passage], str]
 class PoolRetriever:
     """Runs parsed specs against named sources.
 
-    ``background(question) -> str`` writes the PK document; ``compress(question, passage)
-    -> str`` returns the part of one passage relevant to the question ("" = nothing relevant,
-    the passage is dropped); ``encoder.encode(texts)`` gives unit vectors for @RR.
+    ``background(question) -> str`` writes the PK document, kept whole as one passage (the
+    paper chunks it; docs/methods.md#eor); ``compress(question, passage) -> str`` returns the
+    part of one passage relevant to the question ("" = nothing relevant, the passage is
+    dropped); ``encoder.encode(texts)`` embeds for @RR, its rows scaled to unit length here
+    (:meth:`_rerank`), so any encoder ranks by cosine.
     ``rerank_depth`` is how many candidates @RR re-ranks (at least ``k``): the paper re-ranks
     every chunk of every search-engine result page; a local source offers a deeper list.
     """

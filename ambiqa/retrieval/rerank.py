@@ -1,8 +1,10 @@
 """Re-ranking a candidate set: SentenceBERT cosine and ColBERT MaxSim.
 
 * :class:`SentenceReranker` -- cosine between unit MiniLM embeddings of the query (or the mean
-  over several queries, Diva's relevance score over all interpretations) and each passage.
-  Diva and ToC re-rank with it; EoR's ``@RR`` uses it.
+  over several queries) and each passage. VerDICt's second stage re-ranks with it by default.
+  Diva (eq. 5's pruning, the ``candidates`` mode), ToC's per-node re-ranking and EoR's ``@RR``
+  (:class:`ambiqa.retrieval.pool.PoolRetriever`) compute the same cosine with their own
+  encoder calls rather than through this class.
 * :class:`ColBERTReranker` -- exact late-interaction scores (sum over query tokens of the best
   cosine among the passage's tokens) from a ColBERT checkpoint, for candidates from any other
   retriever (BM25, dense, a web source). Passages are encoded from their text, so candidates
