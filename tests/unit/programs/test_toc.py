@@ -330,6 +330,38 @@ def test_evidence_is_sought_only_in_the_parents_passages(use_lm):
     assert twin_call  # the twin's verifier read George's passage, not Fred's
 
 
+def test_long_answer_reads_the_kept_nodes_evidence_before_the_roots_passages(use_lm):
+    """Declared deviation: the answer step reads the kept nodes' answer-containing passages
+    first, then the root's re-ranked passages, ``k`` in all. The release re-ranks the whole
+    pool against the AQ for it (the root's top ``k``), which here would hold Fred's passage
+    and miss George's, the only one holding the deep node's answer."""
+    from ambiqa.testing import KeywordEncoder
+
+    aq = "Who played a Weasley twin?"
+    deep = "Who played George in the second film?"
+    docs = [Passage("family", "Weasleys", "The Weasleys are a large wizarding family."),
+            Passage("fred", "Fred Weasley", "James Phelps played Fred."),
+            Passage("george", "George Weasley", "Oliver Phelps played George.")]
+
+    def clarify(inputs):
+        q = inputs["question"]
+        if q == aq:
+            return pairs(("Who played George?", "Oliver Phelps"))
+        return pairs((deep, "Oliver Phelps")) if q == "Who played George?" else pairs()
+
+    lm = use_lm(scripted_lm({"ClarifyFromPassages": clarify, "SelfVerify": {"valid": True},
+                             "WriteLongAnswer": LONG}))
+    encoder = KeywordEncoder({"Fred": [1, 0, 0.5], "George": [0, 1, 0]}, fallback=[0, 0, 1])
+    out = TreeOfClarifications(InMemoryRetriever(docs), encoder=encoder, n_retrieve=3, k=2,
+                               max_workers=1)(question=aq)
+    assert out.tree[0]["context"] == ["family", "fred"]  # the release's answer passages
+    assert [n["passages"] for n in out.tree[1:]] == [["family"], ["george"]]
+    assert [p["id"] for p in out.passages] == ["family", "george"]
+    (write,) = [inp for key, inp in lm.engine.calls if key == "WriteLongAnswer"]
+    assert "Oliver Phelps played George." in write["passages"]
+    assert "James Phelps played Fred." not in write["passages"]
+
+
 def test_dedup_same_question_or_same_answer_to_near_identical_question(use_lm):
     fred = "Who played Fred Weasley in the Harry Potter films?"
     george = "Who played George Weasley in the Harry Potter films?"
