@@ -153,6 +153,19 @@ def test_similarity_metrics():
     assert mats["entail"][0][1] == 1.0
 
 
+def test_an_unparseable_entailment_judge_counts_as_different_answers(use_lm):
+    """Declared (docs/methods.md#eor): a judge reply that cannot be parsed scores the pair
+    0.0 ("not the same"), traced; answers equal under EM score 1.0 without a call."""
+    mats = similarity_matrices(["Paris", "Lyon"], ("entail",), judge=lambda a, b: None)
+    assert mats["entail"] == [[1.0, 0.0], [0.0, 1.0]]
+    use_lm(lm_with(answers_for(Wiki="Paris", BM25="City of Paris"),
+                   JudgeEntailment="no fields here"))
+    out = make_program(pool=("Wiki@2", "BM25@2"), metric_weights={"entail": 1.0})(
+        question=QUESTION)
+    assert out.similarities["entail"] == [[1.0, 0.0], [0.0, 1.0]]
+    assert any(e.startswith("eor.entail") and "degraded" in e for e in out.trace["events"])
+
+
 # ---- the program ----------------------------------------------------------------------------
 def test_picks_the_answer_the_weighted_voter_prefers(use_lm):
     lm = use_lm(lm_with(answers_for(Wiki="Lyon", BM25="Paris", PK="paris.",
