@@ -260,7 +260,8 @@ class VerDICtConfig(ProgramConfig):
         min_cluster_size: HDBSCAN's smallest cluster (>= 2).
         conservativeness: "recall" keeps outliers, "balanced" (paper) drops them,
             "precision" also merges near readings more eagerly.
-        long_answer: write the ASQA paragraph (else the pairs as sentences, no LM call).
+        long_answer: write the ASQA paragraph (else the pairs as sentences, no LM call;
+            with no pair at all the closed-book answer is still written).
         rerank_depth: first-stage depth re-ranked to ``n_passages``; 0 (or <= n_passages)
             switches the second stage off. Default 100.
         candidate_check: drop candidates that visibly break Fig. 6's rules

@@ -257,6 +257,16 @@ def test_short_mode_writes_no_long_answer(use_lm):
     assert "James Phelps" in out.answer and "Chris Rankin" in out.answer
 
 
+def test_short_mode_still_answers_closed_book_when_no_passage_answers(use_lm):
+    """Declared: ``long_answer=False`` writes the pairs out without a call, but with no pair
+    at all there is nothing to write out, so the closed-book answer is still asked for."""
+    lm = use_lm(_lm({pid: None for pid in PAIRS}))
+    out = VerDICt(FixedRetriever(PASSAGES), n_passages=9, rerank_depth=0, long_answer=False,
+                  encoder=KeywordEncoder(VECTORS))(question=QUESTION)
+    assert out.grounded is False and out.answer == "From memory: Rupert Grint played Ron."
+    assert lm.engine.count("ClosedBookLongAnswer") == 1
+
+
 def test_duplicate_pairs_are_kept_once(use_lm):
     pairs = {pid: ("Who played Ron?", "Rupert Grint") for pid in PAIRS}
     use_lm(_lm(pairs))
