@@ -657,6 +657,11 @@ def collect(out: Path) -> dict[str, Any]:
             entry["vs_baseline"] = {m: paired_comparison(base.rows, r.rows, m)
                                     for m in (quality, "str-em") if m in metrics}
             entry["baseline_qph_ratio"] = qph_ratio(base.rows, r.rows)
+        diva = runs.get("diva")
+        if diva is not None and name not in (BASELINE, "diva"):  # Diva's standing vs a peer
+            entry["diva_vs"] = {m: paired_comparison(r.rows, diva.rows, m)
+                                for m in (quality, "str-em") if m in metrics}
+            entry["diva_qph_ratio"] = qph_ratio(diva.rows, r.rows)
         systems.append(entry)
     return {"metrics": metrics, "quality": quality, "baseline": BASELINE if base else None,
             "systems": systems}
@@ -686,7 +691,8 @@ def render(result: dict[str, Any]) -> str:
     head += [f"Δ {q}", "Δ STR-EM", "q/h", "vanilla_rag ÷ this", "LM calls/q",
              "tokens/q (computed + cached, output)", "s/q"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    verdicts = []
+    verdicts: list[str] = []
+    diva_lines: list[str] = []
     for s in result["systems"]:
         cells = [f"`{s['system']}`", str(s["n"])]
         for m in metrics:
@@ -716,6 +722,15 @@ def render(result: dict[str, Any]) -> str:
                 f"{judge(*ratio['ci95'], 1.0)}; {q} {BASELINE} − this {_signed(-p['diff'])} "
                 f"{_ci(-p['ci95'][1], -p['ci95'][0])} (target: lower end above −0.04): "
                 f"{judge(-p['ci95'][1], -p['ci95'][0], -0.04)}")
+        if s.get("diva_vs") and quality in s["diva_vs"]:
+            p, r = s["diva_vs"][quality], s["diva_qph_ratio"]
+            e = s["diva_vs"].get("str-em")
+            diva_lines.append(
+                f"- `diva` vs `{s['system']}` (n = {r['n']}): {q} diva − this "
+                f"{_signed(p['diff'])} {_ci(*p['ci95'])}"
+                + (f", STR-EM {_signed(e['diff'])} {_ci(*e['ci95'])}" if e else "")
+                + f"; questions per hour diva ÷ this {_fmt(r['ratio'], 2)}× "
+                f"{_ci(*r['ci95'], digits=2)}")
     scored = "d-f1" in metrics
     setups = {(s["lm"], s["endpoint"], s["reader"] if scored else None)
               for s in result["systems"]}
@@ -728,6 +743,9 @@ def render(result: dict[str, Any]) -> str:
     if verdicts:
         lines += ["", "Targets (issue 45: met when the whole interval is on the target's "
                   "side, missed when wholly on the other, else undecided):", "", *verdicts]
+    if diva_lines:
+        lines += ["", "Diva's standing against the peers (paired on shared questions):", "",
+                  *diva_lines]
     return "\n".join(lines) + "\n"
 
 
