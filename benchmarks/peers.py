@@ -674,7 +674,8 @@ def render(result: dict[str, Any]) -> str:
         "# ambiqa beside Haystack and LlamaIndex",
         "",
         "`python -m benchmarks.peers` (module docstring: how each pipeline is built). Same "
-        "questions, corpus, LM endpoint and output budget; one question at a time; blocks of "
+        "questions, corpus, LM endpoint and output budget; one question at a time (the default "
+        "`--threads 1`); blocks of "
         "questions answered by every system in turn. Quality: mean with its 95% BCa "
         "interval (a failed question scores 0). q/h: questions per hour, 3600 / mean "
         f"seconds per question. Δ: paired on the questions both runs hold, against "
