@@ -188,14 +188,14 @@ def read_run_json(path: Path, consequence: str, *, hint: str | None = None) -> d
     """A run's ``run.json`` (or ``summary.json``) through the guarded reader
     (:func:`ambiqa.jsonio.read_json`): too big, too deep, not JSON or not an object is an
     :class:`ArtifactError` saying what is refused (``consequence``)."""
+    tail = f"; {consequence}" if consequence else ""
     try:
         data = read_json(path, error=ArtifactError, max_depth=MAX_ROW_DEPTH, what="run file")
     except ArtifactError as exc:
-        raise ArtifactError(f"unreadable run file: {exc.message}; {consequence}",
-                            hint=hint) from exc
+        raise ArtifactError(f"unreadable run file: {exc.message}{tail}", hint=hint) from exc
     if not isinstance(data, dict):
-        raise ArtifactError(f"{path}: a JSON object was expected, got {type(data).__name__}; "
-                            f"{consequence}", hint=hint)
+        raise ArtifactError(f"{path}: a JSON object was expected, got {type(data).__name__}"
+                            f"{tail}", hint=hint)
     return data
 
 
