@@ -229,14 +229,15 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
         check_run_dir(out, draft, cfg.resume,
                       skip=frozenset({"reader", "judge", "index_fingerprint"}))
         ensure_writable_dir(out)
-    use_lm(make_lm() if make_lm is not None and lm is None else lm)
-    reader = make_reader(cfg.reader)
+    # the program (and its index, whose fingerprint may be refused) before the LM loads
     if pf is not None:
         found = open_program(pf, retriever=retriever, index=cfg.index,
                              index_root=cfg.index_root)
     else:
         found = resolve(target, retriever=retriever, index=cfg.index,
                         index_root=cfg.index_root, config=config or None)
+    use_lm(make_lm() if make_lm is not None and lm is None else lm)
+    reader = make_reader(cfg.reader)
     from ambiqa.evaluation.reader import reader_identity, stand_in_note
     from ambiqa.evaluation.registry import NEEDS_READER
 

@@ -355,7 +355,8 @@ def check_fingerprint(recorded: Any, retriever: Any, path: Path | str, *,
     msg = f"{path}: compiled against index {want}, but the retriever at hand is {have}"
     if strict or (strict is None and not given):
         raise ArtifactError(msg, hint="rebuild the index from the same corpus, recompile, "
-                                      "or pass strict_fingerprint=False")
+                                      "or accept this index: strict_fingerprint=False, or "
+                                      "name it on purpose (--index NAME / index=NAME)")
     log.warning(msg)
 
 
