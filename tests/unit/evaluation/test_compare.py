@@ -459,7 +459,8 @@ def test_compile_plan_command_lines_parse_and_name_training_splits(tmp_path, ben
     captured = {}
 
     def capture(program, train, dev, metric, optimizer, k, seed, retriever, lm, reader, out,
-                config, threshold, console, *, options, max_lm_calls, allow_eval_splits):
+                config, threshold, console, *, options, max_lm_calls, allow_eval_splits,
+                choice=None):
         captured["settings"] = dict(train=train, dev=dev, metric=metric, optimizer=optimizer,
                                     k=k, seed=seed, threshold=threshold, out=out,
                                     max_lm_calls=max_lm_calls,
