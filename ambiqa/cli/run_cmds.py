@@ -83,12 +83,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"3/5 compiled in {time.perf_counter() - t0:.0f} s")
     # 4. export
     prompts_path = out_dir / "demo-vanilla_rag.prompts.md"
-    program = load_for_export(str(artifact))
+    program, manifest = load_for_export(str(artifact), with_manifest=True)  # read once
     from ambiqa.fsutil import atomic_write_text
-    from ambiqa.optimizers.artifact import read_artifact
 
-    atomic_write_text(prompts_path, render(export_prompts(program), "md",
-                                            manifest=read_artifact(artifact)["manifest"]))
+    atomic_write_text(prompts_path, render(export_prompts(program), "md", manifest=manifest))
     console.print(f"4/5 exported prompts to [bold]{prompts_path}[/bold]")
     # 5. load + ask
     loaded = ambiqa.load(artifact, retriever=retriever)
