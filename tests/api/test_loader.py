@@ -339,6 +339,16 @@ def test_evaluate_and_serve_read_the_file_once(towns, tmp_path, opens, validatio
     assert opens.count(path.resolve()) == 1 and len(validations) == 1
 
 
+@pytest.mark.parametrize("command", ["ask", "export"])
+def test_ask_and_export_read_the_file_once(command, towns, tmp_path, opens, validations,
+                                           monkeypatch, capsys, fresh_dspy):
+    path = _write(tmp_path, "artifact", towns.retriever)
+    opens.clear()
+    run = _run(command, path, monkeypatch, capsys, verify=False)
+    assert run.ok, run.error
+    assert opens.count(path.resolve()) == 1 and len(validations) == 1
+
+
 def test_the_sha256_is_of_the_bytes_parsed(towns, tmp_path):
     import hashlib
 
