@@ -9,6 +9,7 @@
 ``tune_eor(cache, ...)``            EoR's voter weights from a cache of member answers
 ``export(target, ...)``             render the prompts
 ``load(path, ...)``                 an artifact or a program's own ``.save()`` JSON
+                                    (every file target loads through :mod:`.loader`)
 ``resolve(target, ...)``            program name / artifact / saved JSON → program
 ==================================  ===================================================
 
