@@ -22,6 +22,10 @@ reads both and writes a plausible value per type:
 Layout: ``[[ ## field ## ]]\\nvalue`` blocks ending with ``[[ ## completed ## ]]``, or a JSON
 object when the JSONAdapter asked. ``usage`` carries token estimates (characters / 4).
 
+Streaming: ``"stream": true`` gets the reply as OpenAI's server-sent events
+(``chat.completion.chunk`` objects, a word or a marker's brackets per chunk, ``--chunk-delay``
+seconds apart, then ``data: [DONE]``), so streaming clients are tested offline.
+
 Faults (for the fault suite, ``tests/faults``): ``serve(faults={"500": 0.1, "html": 0.1})``
 makes that share of requests misbehave, chosen by a hash of the request body (the same
 request always gets the same answer, so a retried call fails again and runs are comparable):
@@ -257,6 +261,13 @@ def make_reply(messages: list[dict[str, Any]], true_rate: float = 0.5,
     return "\n\n".join([*blocks, "[[ ## completed ## ]]"])
 
 
+def stream_pieces(text: str) -> list[str]:
+    """``text`` cut where a streaming LM would send its pieces: each word with the space
+    before it, and a field marker's brackets apart from its name, so a reader of the stream
+    sees markers split across pieces as real models split them. ``"".join`` gives ``text``."""
+    return [p for p in re.split(r"(?=\s\S)|(?<=\[\[)|(?=\]\])", text) if p]
+
+
 def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -301,9 +312,11 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = False
 
     def __init__(self, delay: float, max_concurrent: int, true_rate: float, port: int = 0,
-                 faults: dict[str, float] | None = None) -> None:
+                 faults: dict[str, float] | None = None, chunk_delay: float = 0.0) -> None:
         super().__init__((HOST, port), _Handler)
         self.delay = delay
+        self.chunk_delay = chunk_delay
+        self.streamed = 0  # replies sent as server-sent events
         self.true_rate = true_rate
         self.faults = check_faults(faults)
         self.faulted = 0
@@ -382,6 +395,45 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return True
 
+    def _stream(self, raw: bytes, body: dict[str, Any], text: str, prompt: int,
+                completion: int) -> None:
+        """The reply as OpenAI's server-sent events: one ``chat.completion.chunk`` per piece
+        of :func:`stream_pieces` (``chunk_delay`` seconds apart), a last chunk with the
+        finish reason, a usage chunk when ``stream_options.include_usage`` asks, then
+        ``data: [DONE]``. The connection closes after it (no length is known up front)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        base = {"id": f"fake-{hashlib.sha256(raw).hexdigest()[:12]}",
+                "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": str(body.get("model", "fake"))}
+
+        def event(payload: dict[str, Any]) -> None:
+            self.wfile.write(b"data: " + json.dumps({**base, **payload}).encode() + b"\n\n")
+            self.wfile.flush()
+
+        try:
+            for i, piece in enumerate(stream_pieces(text)):
+                if i and self.server.chunk_delay:
+                    time.sleep(self.server.chunk_delay)
+                delta = {"role": "assistant", "content": piece} if i == 0 else \
+                    {"content": piece}
+                event({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                event({"choices": [], "usage": {"prompt_tokens": prompt,
+                                                "completion_tokens": completion,
+                                                "total_tokens": prompt + completion}})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+            pass
+        with self.server._count_lock:
+            self.server.streamed += 1
+
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
@@ -409,9 +461,6 @@ class _Handler(BaseHTTPRequestHandler):
             except (ValueError, TypeError, AttributeError):
                 self._error(400, "body is not a JSON chat-completions request")
                 return
-            if body.get("stream"):
-                self._error(400, "streaming is not supported by the fake server")
-                return
             fmt = body.get("response_format") or {}
             want_json = isinstance(fmt, dict) and fmt.get("type") in ("json_object",
                                                                       "json_schema")
@@ -424,6 +473,9 @@ class _Handler(BaseHTTPRequestHandler):
             prompt = sum(estimate_tokens(_text_of(m.get("content"))) for m in messages)
             completion = estimate_tokens(text)
             n = max(1, min(int(body.get("n") or 1), 8))
+            if body.get("stream"):
+                self._stream(raw, body, text, prompt, completion)
+                return
             self._send(200, {
                 "id": f"fake-{hashlib.sha256(raw).hexdigest()[:12]}",
                 "object": "chat.completion",
@@ -441,16 +493,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(delay: float = 0.5, *, max_concurrent: int = 64, true_rate: float = 0.5,
-          port: int = 0, faults: dict[str, float] | None = None,
+          port: int = 0, faults: dict[str, float] | None = None, chunk_delay: float = 0.0,
           ) -> tuple[str, Callable[[], None]]:
     """Start the server in a daemon thread; return ``(api_base, shutdown)``.
+
+    A request with ``"stream": true`` is answered with server-sent events, one piece of the
+    reply per event, ``chunk_delay`` seconds apart (after ``delay``, the time to the first).
 
     ``api_base`` ends in ``/v1`` (what LiteLLM's OpenAI client expects). ``shutdown()`` stops
     the server and waits for its thread; calling it twice is harmless.
     """
     if delay < 0:
         raise ValueError("delay must be >= 0")
-    server = _Server(delay, max_concurrent, true_rate, port=port, faults=faults)
+    if chunk_delay < 0:
+        raise ValueError("chunk_delay must be >= 0")
+    server = _Server(delay, max_concurrent, true_rate, port=port, faults=faults,
+                     chunk_delay=chunk_delay)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name="fake-openai-server", daemon=True)
     thread.start()
@@ -472,6 +530,8 @@ def serve(delay: float = 0.5, *, max_concurrent: int = 64, true_rate: float = 0.
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay", type=float, default=0.5, help="seconds per reply (0.5)")
+    parser.add_argument("--chunk-delay", type=float, default=0.0,
+                        help="seconds between the pieces of a streamed reply (0)")
     parser.add_argument("--true-rate", type=float, default=0.5,
                         help="share of bool fields answered True (0.5)")
     parser.add_argument("--max-concurrent", type=int, default=64)
@@ -491,7 +551,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--fault {item!r}: expected MODE=SHARE, e.g. 500=0.1")
     try:
         url, shutdown = serve(args.delay, max_concurrent=args.max_concurrent,
-                              true_rate=args.true_rate, port=args.port, faults=faults)
+                              true_rate=args.true_rate, port=args.port, faults=faults,
+                              chunk_delay=args.chunk_delay)
     except ValueError as exc:
         parser.error(str(exc))
     print(url, flush=True)

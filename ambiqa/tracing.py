@@ -238,6 +238,10 @@ _MODULE: contextvars.ContextVar[str] = contextvars.ContextVar("ambiqa_module", d
 # engine applies it (ambiqa.lm.resilience), so the LM layer never imports the signatures.
 _OUTPUT_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("ambiqa_output_cap",
                                                                          default=None)
+# The predictor itself (the ``dspy.Predict`` running), set beside them: a stream of LM text
+# is tagged with it, so a program can tell its answer writer's text from its other calls.
+_PREDICTOR: contextvars.ContextVar[Any] = contextvars.ContextVar("ambiqa_predictor",
+                                                                 default=None)
 
 
 @contextlib.contextmanager
@@ -259,6 +263,11 @@ def _emit(record: CallRecord) -> None:
 
 def current_module() -> str:
     return _MODULE.get()
+
+
+def current_predictor() -> Any:
+    """The ``dspy.Predict`` whose call is running in this context (None: none)."""
+    return _PREDICTOR.get()
 
 
 def current_output_cap() -> int | None:
@@ -381,7 +390,7 @@ class TraceCallback(BaseCallback):
 
     def __init__(self) -> None:
         self._starts: dict[str, tuple[float, str]] = {}
-        self._module_tokens: dict[str, tuple[contextvars.Token, contextvars.Token]] = {}
+        self._module_tokens: dict[str, tuple[contextvars.Token, ...]] = {}
         self._lock = threading.Lock()
 
     # predictor scope ------------------------------------------------------------------------
@@ -391,14 +400,16 @@ class TraceCallback(BaseCallback):
             token = _MODULE.set(getattr(signature, "__name__", type(instance).__name__))
             cap = getattr(signature, "output_cap_tokens", None)
             cap_token = _OUTPUT_CAP.set(cap if isinstance(cap, int) and cap > 0 else None)
+            predictor_token = _PREDICTOR.set(instance)
             with self._lock:
-                self._module_tokens[call_id] = (token, cap_token)
+                self._module_tokens[call_id] = (token, cap_token, predictor_token)
 
     def on_module_end(self, call_id: str, outputs: Any, exception: BaseException | None = None):
         with self._lock:
             tokens = self._module_tokens.pop(call_id, None)
         if tokens is not None:
             try:
+                _PREDICTOR.reset(tokens[2])
                 _OUTPUT_CAP.reset(tokens[1])
                 _MODULE.reset(tokens[0])
             except ValueError:  # reset from another context: nothing to undo there

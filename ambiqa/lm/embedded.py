@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import queue
 import secrets
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,9 +195,7 @@ class XLlamaEngine:
             messages.append({"role": m.role, "content": m.text or ""})
         return messages
 
-    def complete(self, request: Any) -> Any:
-        from dspy.lm15 import Message, Response, TextPart, Usage
-
+    def _body(self, request: Any) -> dict[str, Any]:
         cfg = request.config
         body: dict[str, Any] = {
             "messages": self._to_messages(request),
@@ -208,11 +208,21 @@ class XLlamaEngine:
             body["response_format"] = dict(cfg.response_format)
         if cfg.seed is not None:
             body["seed"] = cfg.seed
+        return body
+
+    def _server_and_gate(self, body: dict[str, Any]) -> tuple[Any, Any]:
         with self._lock:
             server = self._ensure_server()
             gate = (self._prefix_locks.setdefault(prefix_key(body["messages"]),
                                                   threading.Lock())
                     if self.settings.n_parallel > 1 else contextlib.nullcontext())
+        return server, gate
+
+    def complete(self, request: Any) -> Any:
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        body = self._body(request)
+        server, gate = self._server_and_gate(body)
         with gate, self._slots:
             raw = server.handle_chat_completions(body)
         if not isinstance(raw, dict) or "choices" not in raw:
@@ -235,10 +245,70 @@ class XLlamaEngine:
                         cache_read_tokens=prompt_tokens - computed),
         )
 
-    def stream(self, request: Any):
-        from dspy.lm15 import response_to_events
+    def stream(self, request: Any) -> Iterator[Any]:
+        """The reply token by token: llama.cpp's own streaming (``"stream": true``, each
+        chunk handed to a callback while the slot generates) as lm15 events, with the
+        usage and finish reason of :meth:`complete` on the end event. Generation runs on a
+        worker thread holding the slot; closing this generator early makes the callback
+        tell llama.cpp to stop, which frees the slot."""
+        from dspy.lm15 import (
+            StreamDeltaEvent,
+            StreamEndEvent,
+            StreamStartEvent,
+            TextDelta,
+            Usage,
+        )
 
-        return response_to_events(self.complete(request))
+        body = {**self._body(request), "stream": True,
+                "stream_options": {"include_usage": True}}
+        server, gate = self._server_and_gate(body)
+        chunks: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        done = object()
+
+        def on_chunk(chunk: Any) -> bool:
+            chunks.put(chunk)
+            return stop.is_set()  # True: llama.cpp stops generating
+
+        def generate() -> None:
+            try:
+                with gate, self._slots:
+                    server.handle_chat_completions(body, on_chunk)
+            except BaseException as exc:  # handed to the reader
+                chunks.put(exc)
+            finally:
+                chunks.put(done)
+
+        threading.Thread(target=generate, daemon=True, name="ambiqa-embedded-stream").start()
+        finish, usage, timings, reply_id = "stop", {}, {}, None
+        try:
+            yield StreamStartEvent(model=f"embedded/{self.settings.model}")
+            while True:
+                chunk = chunks.get()
+                if chunk is done:
+                    break
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                if not isinstance(chunk, dict) or ("choices" not in chunk and (
+                        "error" in chunk or "message" in chunk or "code" in chunk)):
+                    raise RuntimeError(f"embedded LM returned an error: {str(chunk)[:300]}")
+                reply_id = chunk.get("id") or reply_id
+                usage = chunk.get("usage") or usage
+                timings = chunk.get("timings") or timings
+                for choice in chunk.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        yield StreamDeltaEvent(delta=TextDelta(text=text))
+                    finish = choice.get("finish_reason") or finish
+        finally:
+            stop.set()
+        if finish not in ("stop", "length", "tool_call", "content_filter", "error"):
+            finish = "stop"
+        note_finish_reason(finish)
+        prompt_tokens, computed = computed_prompt_tokens({"usage": usage, "timings": timings})
+        yield StreamEndEvent(finish_reason=finish, usage=Usage(
+            input_tokens=prompt_tokens, output_tokens=int(usage.get("completion_tokens", 0)),
+            cache_read_tokens=prompt_tokens - computed))
 
     def close(self) -> None:
         with self._lock:

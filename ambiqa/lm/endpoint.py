@@ -6,6 +6,9 @@ artifact; retries and deadlines belong to :class:`ambiqa.lm.resilience.Resilient
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ambiqa.lm.redact import redact
@@ -54,6 +57,69 @@ class EndpointEngine:
             response = self._lm(request)
         check_completion(response, self.model)
         return response
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        """The reply as the endpoint writes it (lm15 events), through the same inner LM.
+
+        The inner ``dspy.LM`` streams when DSPy's ``send_stream`` is set, and sends each
+        chunk with ``anyio.from_thread.run``, which needs an AnyIO worker thread: so the
+        call runs in one, on a private event loop in a helper thread, and its chunks come
+        back here through a queue. The end event carries the finished Response's finish
+        reason and usage; a stream that wrote no text is refused as :func:`check_completion`
+        refuses a completion without content.
+        """
+        import anyio
+        import dspy
+        from dspy.lm15 import StreamDeltaEvent, StreamEndEvent, StreamStartEvent, TextDelta
+
+        items: queue.SimpleQueue = queue.SimpleQueue()
+        done = object()
+
+        class _Chunks:
+            async def send(self, chunk: Any) -> None:
+                items.put(chunk)
+
+        def call() -> Any:
+            with dspy.context(send_stream=_Chunks(), callbacks=[], usage_tracker=None):
+                return self._lm(request)
+
+        def run() -> None:
+            try:
+                async def main() -> Any:
+                    return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+                items.put((done, anyio.run(main)))
+            except BaseException as exc:  # handed to the reader
+                items.put(exc)
+
+        threading.Thread(target=run, daemon=True, name="ambiqa-endpoint-stream").start()
+        started = False
+        while True:
+            item = items.get()
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, tuple) and item and item[0] is done:
+                response = item[1]
+                break
+            choices = getattr(item, "choices", None) or []
+            delta = getattr(choices[0], "delta", None) if choices else None
+            text = getattr(delta, "content", None) if delta is not None else None
+            if not started:
+                started = True
+                yield StreamStartEvent(model=self.model)
+            if text:
+                yield StreamDeltaEvent(delta=TextDelta(text=text))
+        if not started:  # no chunk came (a non-streaming reply): the whole text, checked
+            check_completion(response, self.model)
+            yield StreamStartEvent(model=self.model)
+            if response.text:
+                yield StreamDeltaEvent(delta=TextDelta(text=response.text))
+        elif not response.text and not getattr(response, "tool_calls", None):
+            # the streamed form of a completion without content (see check_completion)
+            from dspy import lm15
+
+            raise lm15.ServerError(f"{self.model}: the streamed reply has no content")
+        yield StreamEndEvent(finish_reason=response.finish_reason, usage=response.usage)
 
     def close(self) -> None:
         self._lm.close()

@@ -10,12 +10,15 @@ counted and bounded in one place.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
+import queue
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,9 +26,11 @@ from ambiqa.envutil import env_seconds
 from ambiqa.errors import ConfigError
 from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.redact import redact, register_secret
+from ambiqa.lm.streaming import TextPiece, current_sink, next_call_id, text_of_event
 from ambiqa.parallel import call_with_deadline
 from ambiqa.tracing import (
     current_output_cap,
+    current_predictor,
     note_finish_reason,
     note_max_tokens,
     record_event,
@@ -259,8 +264,151 @@ class ResilientEngine:
         return dataclasses.replace(response, message=Message.assistant(TextPart(text[:limit])),
                                    finish_reason="length")
 
+    def _streams(self) -> bool:
+        return callable(getattr(self.inner, "stream", None))
+
+    def _stream_attempt(self, request: Any, timeout: float | None) -> Iterator[Any]:
+        """One attempt's lm15 events, read from ``inner.stream`` on a worker thread, each
+        within what is left of ``timeout`` (the whole attempt's deadline, as for
+        :meth:`_attempt`). Closing this generator early (a deadline, the consumer stopping)
+        tells the worker to close the inner stream at its next event, which stops the
+        embedded model's generation."""
+        items: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        done = object()
+        ctx = contextvars.copy_context()
+
+        def produce() -> None:
+            try:
+                events = self.inner.stream(request)
+                try:
+                    for event in events:
+                        items.put(event)
+                        if stop.is_set():
+                            break
+                finally:
+                    close = getattr(events, "close", None)
+                    if callable(close):
+                        close()
+                items.put(done)
+            except BaseException as exc:  # handed to the consumer
+                items.put(exc)
+
+        threading.Thread(target=ctx.run, args=(produce,), daemon=True,
+                         name="ambiqa-lm-stream").start()
+        end = None if not timeout else time.monotonic() + timeout
+        try:
+            while True:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"no reply within {timeout:.0f} s")
+                try:
+                    item = items.get(timeout=left)
+                except queue.Empty:
+                    raise TimeoutError(f"no reply within {timeout:.0f} s") from None
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+    def _events(self, request: Any) -> Iterator[tuple[int, Any]]:
+        """``(attempt id, event)`` across attempts, with the retry policy of
+        :meth:`complete`: a transient failure is retried while the attempt has written no
+        text (after that the text is out, and the failure is the call's). An attempt's
+        start event is held back until it writes text or ends, so a consumer sees exactly
+        one start per call."""
+        policy = self.policy
+        start = time.monotonic()
+        deadline = policy.total_deadline()
+        attempt = 0
+        while True:
+            timeout = policy.timeout_s
+            if deadline is not None:
+                left = deadline - (time.monotonic() - start)
+                timeout = left if timeout is None else min(timeout, left)
+                timeout = max(timeout, 0.001)
+            call = next_call_id()
+            held: list[Any] = []
+            wrote = False
+            try:
+                for event in self._stream_attempt(request, timeout):
+                    if not wrote and getattr(event, "type", "") == "start":
+                        held.append(event)
+                        continue
+                    if not wrote:
+                        wrote = True
+                        for h in held:
+                            yield call, h
+                    yield call, event
+                return
+            except Exception as exc:
+                kind = _transient(exc)
+                if wrote or not self._retry_or_raise(exc, kind, attempt, start, deadline):
+                    if kind is not None and wrote:
+                        record_event("lm", f"failed after it began writing: {kind}: "
+                                           f"{redact(str(exc))[:160]}")
+                    raise _canonical_error(exc, kind, self.model) from exc
+                attempt += 1
+
+    def _retry_or_raise(self, exc: Exception, kind: str | None, attempt: int, start: float,
+                        deadline: float | None) -> bool:
+        """Whether to retry after ``exc`` (having waited the backoff), per the policy;
+        ``False`` after recording the give-up (the caller raises)."""
+        policy = self.policy
+        retry = (kind is not None and attempt < policy.max_retries
+                 and (kind != "timeout" or policy.retry_timeouts))
+        wait = policy.delay(attempt, getattr(exc, "retry_after", None)) if retry else 0.0
+        if retry and deadline is not None and time.monotonic() - start + wait >= deadline:
+            retry = False
+        if not retry:
+            if kind is not None:
+                # redacted before it is cut (a cut key no longer matches)
+                record_event("lm", f"gave up after {attempt + 1} attempt(s): {kind}: "
+                                   f"{redact(str(exc))[:160]}")
+            return False
+        self.retries += 1
+        hint = getattr(exc, "retry_after", None)
+        record_event("lm.retry", f"{kind} ({type(exc).__name__}); retry {attempt + 1}/"
+                                 f"{policy.max_retries} in {wait:.2f} s"
+                                 + (f" (server asked {hint} s)" if hint is not None else ""))
+        log.info("LM %s: %s; retrying in %.1f s", self.model, kind, wait)
+        self._sleep(wait)
+        return True
+
     def complete(self, request: Any) -> Any:
         request, cap = self._budgeted(strip_cache_identity(request))
+        sink = current_sink()
+        if sink is not None and self._streams():
+            response = self._complete_streamed(request, sink)
+        else:
+            response = self._complete(request)
+        response = self._cap(response)
+        # Engines note the finish reason in their own thread; the trace reads it here.
+        note_finish_reason(getattr(response, "finish_reason", "") or "stop")
+        note_max_tokens(cap)
+        return response
+
+    def _complete_streamed(self, request: Any, sink: Any) -> Any:
+        """The whole Response, streamed: each text piece goes to ``sink`` as it arrives,
+        tagged with the predictor that asked; the events make the Response."""
+        from dspy.lm15 import materialize_response
+
+        predictor = current_predictor()
+        events: list[Any] = []
+        call = 0
+        for call, event in self._events(request):
+            text = text_of_event(event)
+            if text:
+                sink(TextPiece(call, predictor, text))
+            events.append(event)
+        if call:
+            sink(TextPiece(call, predictor, "", done=True))
+        return materialize_response(iter(events), request)
+
+    def _complete(self, request: Any) -> Any:
         policy = self.policy
         start = time.monotonic()
         deadline = policy.total_deadline()
@@ -272,41 +420,48 @@ class ResilientEngine:
                 timeout = left if timeout is None else min(timeout, left)
                 timeout = max(timeout, 0.001)
             try:
-                response = self._attempt(request, timeout)
+                return self._attempt(request, timeout)
             except Exception as exc:
                 kind = _transient(exc)
-                retry = (kind is not None and attempt < policy.max_retries
-                         and (kind != "timeout" or policy.retry_timeouts))
-                wait = policy.delay(attempt, getattr(exc, "retry_after", None)) if retry else 0.0
-                if retry and deadline is not None and \
-                        time.monotonic() - start + wait >= deadline:
-                    retry = False
-                if not retry:
-                    if kind is not None:
-                        # redacted before it is cut (a cut key no longer matches)
-                        record_event("lm", f"gave up after {attempt + 1} attempt(s): {kind}: "
-                                           f"{redact(str(exc))[:160]}")
+                if not self._retry_or_raise(exc, kind, attempt, start, deadline):
                     raise _canonical_error(exc, kind, self.model) from exc
                 attempt += 1
-                self.retries += 1
-                hint = getattr(exc, "retry_after", None)
-                record_event("lm.retry", f"{kind} ({type(exc).__name__}); retry {attempt}/"
-                                         f"{policy.max_retries} in {wait:.2f} s"
-                                         + (f" (server asked {hint} s)" if hint is not None
-                                            else ""))
-                log.info("LM %s: %s; retrying in %.1f s", self.model, kind, wait)
-                self._sleep(wait)
-                continue
-            response = self._cap(response)
-            # Engines note the finish reason in their own thread; the trace reads it here.
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        """lm15 events of the reply as the inner engine writes them (DSPy's streaming
+        engine API), with the deadlines, retries (before the first text), output caps and
+        stop marker of :meth:`complete`. An inner engine without ``stream`` gives the whole
+        reply as one piece. A reply past ``max_output_chars`` ends there, marked
+        ``length``."""
+        from dspy.lm15 import StreamDeltaEvent, StreamEndEvent, TextDelta, response_to_events
+
+        request, cap = self._budgeted(strip_cache_identity(request))
+        if not self._streams():
+            response = self._cap(self._complete(request))
             note_finish_reason(getattr(response, "finish_reason", "") or "stop")
             note_max_tokens(cap)
-            return response
-
-    def stream(self, request: Any):
-        from dspy.lm15 import response_to_events
-
-        return response_to_events(self.complete(request))
+            yield from response_to_events(response)
+            return
+        limit = self.max_output_chars
+        written = 0
+        for _, event in self._events(request):
+            kind = getattr(event, "type", "")
+            if kind == "delta" and limit is not None and text_of_event(event):
+                text = text_of_event(event)
+                if written + len(text) > limit:
+                    record_event("lm", f"streamed reply cut at {limit:,} characters")
+                    cut = text[:limit - written]
+                    if cut:
+                        yield StreamDeltaEvent(delta=TextDelta(text=cut))
+                    note_finish_reason("length")
+                    note_max_tokens(cap)
+                    yield StreamEndEvent(finish_reason="length")
+                    return
+                written += len(text)
+            if kind == "end":
+                note_finish_reason(getattr(event, "finish_reason", "") or "stop")
+                note_max_tokens(cap)
+            yield event
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)

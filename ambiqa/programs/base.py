@@ -16,16 +16,29 @@ validates the question and adds the trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import logging
 import re
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import ValidationError
 
 from ambiqa.errors import ConfigError
+from ambiqa.lm.streaming import TextPiece, text_sink
 from ambiqa.programs.config import ProgramConfig
+from ambiqa.programs.streaming import (
+    AnswerChunk,
+    AnswerCollector,
+    answer_writers,
+    program_events,
+)
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.encoder import SharedEncoder as SharedEncoder  # re-export for programs
 from ambiqa.retrieval.factory import as_retriever
@@ -39,7 +52,12 @@ from ambiqa.tracing import (
 )
 from ambiqa.types import Interpretation, Passage
 
+log = logging.getLogger(__name__)
+
 MAX_QUESTION_CHARS = 2000
+#: the event loop that awaits a streamed call (set by ``aforward``; see ``_dspy_stream``)
+_LOOP_TOKEN: contextvars.ContextVar[Any] = contextvars.ContextVar("ambiqa_loop_token",
+                                                                  default=None)
 #: the entry :meth:`AmbiqaProgram.save` adds to DSPy's saved state (read by ``ambiqa.load``)
 SAVED_KEY = "ambiqa"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
@@ -119,6 +137,9 @@ class AmbiqaProgram(dspy.Module):
     #: and every LM reply parses. A question whose retrieval finds nothing may take fewer
     #: (Diva makes no verification call then); each program's comment names such paths.
     min_lm_rounds: int  # a setting may change it on the instance (Diva, VerDICt, EoR, ReSP)
+    #: predictor attribute -> the output field that is the program's answer (see
+    #: :mod:`ambiqa.programs.streaming`); shared steps declare their own
+    writes_answer: ClassVar[dict[str, str]] = {}
 
     def __init__(self, retriever: Retriever | Any = None) -> None:
         super().__init__()
@@ -146,10 +167,132 @@ class AmbiqaProgram(dspy.Module):
     def run(self, question: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def answer_writers(self) -> list[tuple[str, Any, str]]:
+        """``[(name, predictor, field)]``: the predictors that write this program's answer
+        (from the ``writes_answer`` its modules declare; none for a voted answer)."""
+        return answer_writers(self)
+
+    def stream_listeners(self) -> list[Any]:
+        r"""DSPy ``StreamListener``\ s on this program's answer writers, for
+        ``dspy.streamify(prog, stream_listeners=prog.stream_listeners())`` beside listeners
+        of your own. ``dspy.streamify(prog)`` alone streams the answer already."""
+        from dspy.streaming import StreamListener
+
+        return [StreamListener(out_field, predict=p, predict_name=name, allow_reuse=True)
+                for name, p, out_field in self.answer_writers()]
+
+    async def astream(self, question: str) -> AsyncIterator[Any]:
+        """The answer as it is written: ``async for event in prog.astream(question=...)``.
+
+        Yields :class:`~ambiqa.programs.streaming.Evidence` (the interpretations with the
+        passages they cite, and the passages read) when the program knows them,
+        :class:`~ambiqa.programs.streaming.AnswerChunk` (``str(chunk)``: new answer text) as
+        the answer writer's LM call writes it, :class:`~ambiqa.programs.streaming.
+        AnswerRestart` if a writer starts over, and last the ``dspy.Prediction``, whose
+        ``trace["stream"]`` records the seconds to the first answer chunk
+        (``first_chunk_s``, ``None`` when none came: a response-cache hit), the chunks and
+        the total seconds. Exceptions of the program are raised here as from ``acall``.
+        The program runs in a worker thread as with ``acall``; every LM engine of ambiqa
+        streams (embedded, endpoint, the scripted and fake LMs).
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def emit(event: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        collector = AnswerCollector(self.answer_writers(), emit)
+        started = time.perf_counter()
+        first: float | None = None
+        with text_sink(collector), program_events(emit):
+            task = asyncio.ensure_future(self.acall(question=question))  # copies the context
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, task},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    break
+                event = getter.result()
+                if isinstance(event, AnswerChunk) and first is None:
+                    first = time.perf_counter() - started
+                yield event
+            while not queue.empty():  # sent before the call returned
+                event = queue.get_nowait()
+                if isinstance(event, AnswerChunk) and first is None:
+                    first = time.perf_counter() - started
+                yield event
+            pred = task.result()
+        finally:
+            if not task.done():
+                task.cancel()  # the consumer stopped: the worker finishes on its own
+        trace = getattr(pred, "trace", None)
+        if isinstance(trace, dict):
+            trace["stream"] = {
+                "first_chunk_s": None if first is None else round(first, 4),
+                "answer_chunks": collector.chunks, "restarts": collector.restarts,
+                "total_s": round(time.perf_counter() - started, 4)}
+        yield pred
+
+    @contextlib.contextmanager
+    def _dspy_stream(self) -> Iterator[None]:
+        """Under ``dspy.streamify(prog)``: stream the answer into DSPy's stream.
+
+        DSPy would stream every LM call itself and send each chunk with
+        ``anyio.from_thread.run``, which fails in the plain worker threads ambiqa's steps
+        run in. Instead its stream is taken out of the inner calls and fed from ambiqa's
+        text sink, through the event loop's token (from ``aforward``, or asked of AnyIO when
+        ``streamify`` runs this in its worker thread): with no listeners, the answer as
+        ``dspy.streaming.StreamResponse`` chunks; with listeners (``stream_listeners()``
+        or yours), the raw chunks of the predictors they listen to, as DSPy does."""
+        stream = dspy.settings.send_stream
+        if stream is None:
+            yield
+            return
+        token = _LOOP_TOKEN.get()
+        if token is None:
+            try:
+                token = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
+            except Exception:  # noqa: BLE001  (not in an AnyIO worker: no way back)
+                token = None
+        if token is None:
+            log.warning("dspy.streamify: no event loop to stream into; answering whole")
+            with dspy.context(send_stream=None):
+                yield
+            return
+
+        def send(item: Any) -> None:
+            anyio.from_thread.run(stream.send, item, token=token)
+
+        listeners = list(dspy.settings.get("stream_listeners") or [])
+        if listeners:
+            from dspy.clients.call_result import attributes
+            from dspy.clients.engines.streaming import EngineChunk
+
+            listened = {id(getattr(x, "predict", None)) for x in listeners}
+
+            def sink(piece: TextPiece) -> None:
+                if piece.text and id(piece.predictor) in listened:
+                    send(EngineChunk(id=None, model="", predict_id=id(piece.predictor),
+                                     choices=[attributes({"index": 0, "finish_reason": None,
+                                                          "delta": {"content": piece.text}})]))
+        else:
+            from dspy.streaming import StreamResponse
+
+            def to_dspy(event: Any) -> None:
+                if isinstance(event, AnswerChunk):
+                    send(StreamResponse(event.predictor, event.field, event.text,
+                                        is_last_chunk=False))
+
+            sink = AnswerCollector(self.answer_writers(), to_dspy)
+        with dspy.context(send_stream=None), text_sink(sink):
+            yield
+
     def forward(self, question: str) -> dspy.Prediction:
         question = check_question(question)
         # tracing is added beside the user's callbacks when they configured DSPy directly
-        with ensure_tracing(), track() as trace:
+        with ensure_tracing(), self._dspy_stream(), track() as trace:
             out = self.run(question)
         out.setdefault("interpretations", [])
         out.setdefault("passages", [])
@@ -203,6 +346,12 @@ class AmbiqaProgram(dspy.Module):
         """
         # ``type(self).forward``: acall has already run the callbacks; reading ``self.forward``
         # would make DSPy log "calling module.forward directly is discouraged" every call.
+        if dspy.settings.send_stream is not None:  # dspy.streamify: the way back to the loop
+            token = _LOOP_TOKEN.set(anyio.lowlevel.current_token())
+            try:
+                return await asyncio.to_thread(type(self).forward, self, question)
+            finally:
+                _LOOP_TOKEN.reset(token)
         return await asyncio.to_thread(type(self).forward, self, question)
 
 

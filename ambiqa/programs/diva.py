@@ -21,6 +21,7 @@ from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClarifyStep, ClosedBookStep, LongAnswerStep
+from ambiqa.programs.streaming import announce
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
 from ambiqa.signatures.disambiguation import PseudoInterpretations
@@ -299,9 +300,11 @@ class Diva(AmbiqaProgram):
         if verdict != USELESS:
             path = "rag"
             pairs = self.clarify(question=question, passages=kept)
+            announce(pairs, kept)
             answer = self.long_answer(question=question, pairs=pairs, passages=kept)
         else:
             path, pairs = "closed_book", []
+            announce([], kept)
             answer = self.closed_book(question=question)
         return {
             "interpretations": pairs, "answer": answer, "passages": kept,

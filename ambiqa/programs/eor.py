@@ -276,6 +276,9 @@ class EoR(AmbiqaProgram):
     """
 
     name = "eor"
+    # no answer writer to stream: each retriever's reader writes a candidate and the vote
+    # picks the answer after them (a stream gets the Prediction alone)
+    writes_answer: dict[str, str] = {}
     # minimal dependent LM rounds (AmbiqaProgram.min_lm_rounds), default pool: PK writes its
     # background document -> every member's reader in one parallel round. __init__ applies it
     # to the pool: 1 + the deepest active member's LM steps before reading

@@ -16,6 +16,7 @@ import dspy
 
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
+from ambiqa.programs.streaming import announce
 from ambiqa.signatures.answering import AnswerFromReasoning
 from ambiqa.signatures.planning import NextReasoningStep
 from ambiqa.tracing import record_event
@@ -84,6 +85,7 @@ class IRCoT(AmbiqaProgram):
     """
 
     name = "ircot"
+    writes_answer = {"read": "answer"}  # the final answer (streamed)
     # minimal dependent LM rounds: one reasoning step that states the answer -> read
     min_lm_rounds = 2
     answer_style = "short"
@@ -138,6 +140,7 @@ class IRCoT(AmbiqaProgram):
             step["new_passage_ids"] = add(retriever.search(sentence, self.k))
 
         passages = list(collected.values())
+        announce([], passages)
         pred = safe_step("ircot.read", lambda: self.read(
             question=question, passages=format_passages(passages),
             reasoning="\n".join(reasoning) or NONE_YET), None)

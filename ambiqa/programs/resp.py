@@ -24,6 +24,7 @@ import dspy
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, int_field, resolve_config
+from ambiqa.programs.streaming import announce
 from ambiqa.signatures.answering import AnswerFromMemories
 from ambiqa.signatures.planning import JudgeSufficiency, PlanNextQuestion
 from ambiqa.signatures.summarization import SummarizeGlobalEvidence, SummarizeLocalPathway
@@ -104,6 +105,7 @@ class ReSP(AmbiqaProgram):
     """
 
     name = "resp"
+    writes_answer = {"generate": "answer"}  # the final answer (streamed)
     # minimal dependent LM rounds (AmbiqaProgram.min_lm_rounds; max_iter >= 2): global summary
     # -> judge says sufficient -> generate; each further iteration adds plan + summaries
     # (parallel) + judge; 2 if max_iter=1 (no judge after the last round; __init__)
@@ -230,8 +232,9 @@ class ReSP(AmbiqaProgram):
                 break
             step["next_sub_question"] = next_q
             query = next_q
-        answer = self._generate(question, global_mem, local_mem)
         passages = list(read.values())
+        announce([], passages)
+        answer = self._generate(question, global_mem, local_mem)
         return {
             "answer": answer,
             "interpretations": [Interpretation(question=question, answer=answer,

@@ -67,6 +67,8 @@ class ClarifyStep(dspy.Module):
 class LongAnswerStep(dspy.Module):
     """Eq. 2: the long answer, given the DQ/DA pairs and the passages they came from."""
 
+    writes_answer = {"write": "long_answer"}
+
     def __init__(self, lm_config: Config = None) -> None:
         super().__init__()
         self.lm_config = dict(lm_config or {})
@@ -84,6 +86,8 @@ class LongAnswerStep(dspy.Module):
 
 class ClosedBookStep(dspy.Module):
     """The paper's I_l: a long answer from the LM's own knowledge, no passages."""
+
+    writes_answer = {"answer": "long_answer"}
 
     def __init__(self, lm_config: Config = None) -> None:
         super().__init__()
@@ -126,6 +130,8 @@ class ShortAnswerStep(dspy.Module):
     from memory changed nothing on WebQ train (F1 0.057 vs 0.064, n = 40), this fallback
     lifted it to 0.161 (``benchmarks/results/webq-train-ab/``).
     """
+
+    writes_answer = {"answer": "answer", "recall": "answer"}
 
     def __init__(self, lm_config: Config = None, recall_fallback: bool = False) -> None:
         super().__init__()

@@ -19,6 +19,7 @@ from ambiqa.parallel import default_workers, run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
+from ambiqa.programs.streaming import announce
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.verification import (
     SelfVerify,
@@ -211,6 +212,7 @@ class TreeOfClarifications(AmbiqaProgram):
 
         if not kept:  # nothing to clarify: a long answer from the root passages, no reading
             passages = root.context
+            announce([], passages)
             answer = self.long_answer(question=question, pairs=[], passages=passages)
             interps = []
             extras["fallback"] = "no_interpretations"
@@ -218,6 +220,7 @@ class TreeOfClarifications(AmbiqaProgram):
             passages = self._answer_passages(kept, root)
             interps = [Interpretation(question=n.question, answer=n.answer,
                                       passages=[p.id for p in n.evidence]) for n in kept]
+            announce(interps, passages)
             answer = self.long_answer(question=question, pairs=interps, passages=passages)
         return {"interpretations": interps, "answer": answer, "passages": passages,
                 "tree": [n.to_dict() for n in run.nodes], **extras}

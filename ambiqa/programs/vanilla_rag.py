@@ -33,6 +33,7 @@ from ambiqa.programs.config import (
     resolve_config,
 )
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep, ShortAnswerStep
+from ambiqa.programs.streaming import announce
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,10 @@ class VanillaRAG(AmbiqaProgram):
     def run(self, question: str) -> dict[str, Any]:
         passages = self.require_retriever().search(question, self.k)
         if self.answer_form == "short":
+            announce(passages=passages)
             return {"interpretations": [], "passages": passages,
                     "answer": self.short_answer(question=question, passages=passages)}
         pairs = self.clarify(question=question, passages=passages)
+        announce(pairs, passages)
         answer = self.long_answer(question=question, pairs=pairs, passages=passages)
         return {"interpretations": pairs, "answer": answer, "passages": passages}

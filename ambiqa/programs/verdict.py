@@ -21,6 +21,7 @@ from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
 from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
 from ambiqa.programs.steps import ClosedBookStep, LongAnswerStep
+from ambiqa.programs.streaming import announce
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.retrieval.rerank import SentenceReranker
 from ambiqa.signatures.disambiguation import InterpretFromPassage, RelaxQuery
@@ -407,6 +408,7 @@ class VerDICt(AmbiqaProgram):
 
         if not candidates:
             record_event("verdict", "no passage answered any reading; closed-book fallback")
+            announce([], passages)
             return {"interpretations": [], "candidates": [], "answer": self.closed_book(question),
                     "passages": passages, **found, "grounded": False}
 
@@ -422,6 +424,7 @@ class VerDICt(AmbiqaProgram):
         for i, c in enumerate(candidates):
             c["cluster"], c["medoid"] = labels[i], i in kept
 
+        announce(interpretations, passages)
         if self.long_answer:
             by_id = {p.id: p for p in passages}
             cited = [by_id[pid] for pid in dict.fromkeys(
