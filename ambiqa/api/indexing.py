@@ -73,6 +73,8 @@ class IndexResult:
     root: Path
     seconds: float
     retriever: Any
+    #: after :meth:`add`: ``{"added", "replaced", "fingerprint_before"}`` of the last add
+    added: dict[str, Any] | None = None
 
     @property
     def spec(self) -> str:
@@ -98,6 +100,37 @@ class IndexResult:
     def as_retriever(self) -> Any:
         """What a program searches through (:func:`ambiqa.as_retriever` asks for it)."""
         return self.retriever
+
+    def add(self, corpus: str | os.PathLike[str] | Iterable[Any], *, replace: bool = False,
+            split_words: int | None = None, text_column: str | None = None,
+            base: str | os.PathLike[str] | None = None, encoder: Any = None) -> IndexResult:
+        """Add passages to this index (BM25 and dense; a ColBERT or sharded index is refused
+        with the command that rebuilds it) and return this result, updated.
+
+        ``corpus``: what :func:`index` takes -- a path (or a list of ``Path`` objects; single
+        ``.txt`` / ``.md`` files too, their ids their paths relative to ``base``, default
+        their folder), a list of strings (passage texts) or of dicts / Passages. An id the
+        index already holds is refused unless ``replace=True``, which replaces that passage.
+        The index on disk is replaced only once the new one is complete
+        (:mod:`ambiqa.retrieval.adding`); its fingerprint changes, so an artifact compiled
+        against it before is told the index changed when loaded. ``added``: the counts of
+        this add.
+        """
+        from ambiqa.retrieval.adding import add_passages
+
+        t0 = time.perf_counter()
+        passages, source = _passages_to_add(corpus, split_words, text_column, base)
+        done = add_passages(self.name, passages, root=self.root, replace=replace,
+                            encoder=encoder, source=source)
+        if not getattr(done.retriever, "index_name", None):
+            done.retriever.index_name = self.name
+        self.retriever = done.retriever
+        self.fingerprint = str(done.fingerprint_after)
+        self.n_passages = _count(done.retriever)
+        self.seconds = time.perf_counter() - t0
+        self.added = {"added": done.added, "replaced": done.replaced,
+                      "fingerprint_before": done.fingerprint_before}
+        return self
 
 
 def settings_from(settings: Any, cls: type, kwargs: dict[str, Any]) -> Any:
@@ -165,6 +198,22 @@ def open_index(index: str | dict[str, Any], root: str | Path | None = None) -> I
         kind = index_kind(name, base)
     return IndexResult(name, str(kind), str(retriever.fingerprint), _count(retriever), base,
                        time.perf_counter() - t0, retriever)
+
+
+def _passages_to_add(corpus: Any, split_words: int | None, text_column: str | None,
+                     base: Any) -> tuple[Any, str]:
+    """The passages :meth:`IndexResult.add` reads, and how the manifest names their source."""
+    from ambiqa.data.corpus import iter_corpora, passages_from
+
+    if isinstance(corpus, str | os.PathLike):
+        corpus = [corpus]
+    elif isinstance(corpus, dict):
+        raise ConfigError("passages to add are a path or a list of passages, not one dict")
+    items = list(corpus)
+    if items and all(isinstance(p, os.PathLike) for p in items):  # strings are passages
+        return (iter_corpora(items, split_words=split_words, text_column=text_column,
+                             base=base), ", ".join(str(p) for p in items))
+    return passages_from(items), "<passages>"
 
 
 def _count(retriever: Any) -> int:

@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = retrieval_cmds.parse_index_add(argv) or build_parser().parse_args(argv)
     # after parsing: --help stays instant (the LM package imports DSPy)
     from ambiqa.lm.redact import install_excepthook, redact
 

@@ -50,6 +50,75 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_add(args: argparse.Namespace) -> int:
+    import ambiqa.api as api
+    from ambiqa.paths import index_root
+    from ambiqa.retrieval.adding import addable
+
+    addable(args.name, Path(args.index_root).expanduser() if args.index_root else index_root())
+    result = api.open_index(args.name, root=args.index_root)
+    n_before, fp_before = result.n_passages, result.fingerprint
+    result.add([Path(f) for f in args.files], replace=args.replace,
+               split_words=args.split_words, text_column=args.text_column, base=args.base)
+    done = result.added or {}
+    what = f"{done.get('added', 0):,} added"
+    if done.get("replaced"):
+        what += f", {done['replaced']:,} replaced"
+    print(f"index {result.name!r} ({result.kind}): {what}, {n_before:,} -> "
+          f"{result.n_passages:,} passages; fingerprint {fp_before} -> {result.fingerprint} "
+          "(artifacts compiled against the old index are told it changed)"
+          if result.fingerprint != fp_before else
+          f"index {result.name!r} ({result.kind}): unchanged ({what}, all identical)")
+    return 0
+
+
+#: ``ambiqa index add`` is parsed on its own (``ambiqa index`` takes the corpus positionally)
+INDEX_ADD = ("index", "add")
+
+
+def index_add_parser() -> argparse.ArgumentParser:
+    """The parser of ``ambiqa index add NAME FILES...``."""
+    p = argparse.ArgumentParser(
+        prog="ambiqa index add", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Add passages to the built index NAME (bm25 or dense; a ColBERT or "
+                    "sharded index is refused with the command that rebuilds it). The index is "
+                    "replaced only once the new one is complete; its fingerprint changes, so "
+                    "artifacts compiled against it before are told the index changed.",
+        epilog=CORPUS_HELP.replace("example: ambiqa index my_notes/ --name notes --kind bm25 "
+                                   "--split-words 100\n         ambiqa ask \"...\" --program "
+                                   "diva --index notes", "")
+        + "\n  a single .txt / .md file: one passage, its id the file's path relative to "
+          "--base\n\nexample: ambiqa index add notes notes/new_meeting.md --base notes")
+    p.add_argument("name", metavar="NAME",
+                   help="the index to add to (as built: ambiqa index CORPUS --name NAME)")
+    p.add_argument("files", nargs="+", metavar="FILES",
+                   help="corpus files or folders in any format `ambiqa index` reads, or single "
+                        ".txt/.md files")
+    p.add_argument("--replace", action="store_true",
+                   help="a passage whose id the index already holds replaces it (default: "
+                        "refused, and nothing is added)")
+    p.add_argument("--base", default=None, metavar="DIR",
+                   help="single .txt/.md files: their ids are their paths relative to DIR "
+                        "(default: their own folder); pass the folder the index was built from "
+                        "to get the ids a rebuild would give")
+    p.add_argument("--split-words", type=int, default=None, metavar="N",
+                   help="folders and .txt/.md files: cut each file into passages of about N "
+                        "words (use the build's value)")
+    p.add_argument("--text-column", default=None,
+                   help="the field holding the text when it is not text/contents/passage/body")
+    p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
+    p.set_defaults(fn=cmd_index_add, command="index add")
+    return p
+
+
+def parse_index_add(argv: list[str]) -> argparse.Namespace | None:
+    """``ambiqa index add ...`` parsed, or None for any other command line (a corpus that is
+    literally named ``add`` is written ``./add``)."""
+    if tuple(argv[:2]) != INDEX_ADD:
+        return None
+    return index_add_parser().parse_args(argv[2:])
+
+
 def _print_build_summary(retriever: Any) -> None:
     """One line on stderr: passages, where, how long, size on disk and the checkpoint."""
     from rich.console import Console
@@ -114,7 +183,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "index", help="build a named retrieval index over your corpus (ColBERT by default)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Build a retrieval index NAME over CORPUS. Later commands name it once: "
-                    "--index NAME (the kind is read from the index's manifest).",
+                    "--index NAME (the kind is read from the index's manifest). To add "
+                    "passages to a built index: ambiqa index add NAME FILES... (its own "
+                    "--help).",
         epilog=CORPUS_HELP)
     p.add_argument("corpus", help="a JSONL, CSV, TSV or Parquet file, or a folder of .txt/.md "
                                   "files (formats below)")

@@ -318,6 +318,66 @@ def unique_passages(rows: Iterable[tuple[str, Passage]], *, check_duplicates: bo
         raise DataError(f"corpus {source} holds no passages")
 
 
+def iter_corpora(paths: Iterable[str | Path], *, split_words: int | None = None,
+                 text_column: str | None = None, base: str | Path | None = None
+                 ) -> Iterator[Passage]:
+    """The passages of several corpora as one stream (what ``ambiqa index add`` reads).
+
+    Each path is anything :func:`iter_corpus` takes, or a single ``.txt`` / ``.md`` file: one
+    passage (or ``split_words``-word passages) whose id is its path relative to ``base``
+    (default: its own folder, so ``notes/new.md`` is ``new.md``; pass the folder the index was
+    built from to get the ids a rebuild would give). ``split_words`` applies to folders and
+    text files only. Ids must be unique across all the paths.
+    """
+    paths = [Path(p).expanduser() for p in paths]
+    if not paths:
+        raise DataError("no corpus files given", hint=f"pass files or folders; accepted: "
+                        f"{accepted()}, or single .txt/.md files")
+    if split_words is not None and (isinstance(split_words, bool) or int(split_words) < 1):
+        raise DataError(f"split_words must be a positive number of words, got {split_words!r}")
+    texts = [p for p in paths if p.is_file() and p.suffix.lower() in FOLDER_SUFFIXES]
+    if split_words and not texts and not any(p.is_dir() for p in paths):
+        raise DataError("split_words applies to folders and .txt/.md files, not to "
+                        f"{', '.join(p.name for p in paths)}",
+                        hint="a JSONL/CSV corpus is already split into passages")
+    base_dir = Path(base).expanduser() if base is not None else None
+
+    def rows() -> Iterator[tuple[str, Passage]]:
+        for path in paths:
+            if path in texts:
+                for p in _text_file(path, base_dir or path.parent, split_words):
+                    yield f"{path}", p
+                continue
+            fmt = corpus_format(_check_path(path))
+            words = split_words if fmt == "folder" else None
+            for p in _stream(path, fmt, True, words, text_column):
+                yield f"{path}", p
+
+    yield from unique_passages(rows(), source=", ".join(str(p) for p in paths))
+
+
+def _text_file(path: Path, base: Path, split_words: int | None) -> Iterator[Passage]:
+    """A single .txt/.md file as a folder corpus would give it, its id relative to ``base``."""
+    try:
+        rel = path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        raise DataError(f"{path} is not inside {base}",
+                        hint="--base names the folder the file's id is relative to") from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    title = path.stem.replace("_", " ").strip()
+    words = text.split()
+    if not words:
+        raise DataError(f"{path} is empty: no passage to add")
+    if not split_words:
+        yield Passage(rel, title, text.strip())
+        return
+    for n, start in enumerate(range(0, len(words), split_words), start=1):
+        yield Passage(f"{rel}#{n}", title, " ".join(words[start:start + split_words]))
+
+
 def _hashed(p: Passage) -> bool:
     return p.id == stable_id(p.title, p.text)
 

@@ -42,6 +42,7 @@ from typing import Any
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json
 from ambiqa.optimizers.manifest import OPTIONAL_KEYS, REQUIRED_KEYS, Manifest
+from ambiqa.retrieval.adding import changes_since
 
 log = logging.getLogger(__name__)
 
@@ -353,6 +354,9 @@ def check_fingerprint(recorded: Any, retriever: Any, path: Path | str, *,
     if not want or not have or want == have:
         return
     msg = f"{path}: compiled against index {want}, but the retriever at hand is {have}"
+    added = changes_since(retriever, want)
+    if added:  # the same index, grown: say how
+        msg += f" ({added})"
     if strict or (strict is None and not given):
         raise ArtifactError(msg, hint="rebuild the index from the same corpus, recompile, "
                                       "or accept this index: strict_fingerprint=False, or "

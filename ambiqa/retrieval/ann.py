@@ -113,6 +113,15 @@ class HNSWIndex:
         log.info("HNSW over %d vectors built in %.1f s", len(vecs), time.perf_counter() - t0)
         return cls(index, m, ef_construction, ef_search)
 
+    def extended(self, vecs: np.ndarray) -> HNSWIndex:
+        """A copy of this graph with the rows of ``vecs`` inserted after its own (adding to an
+        index: the graph the open retriever searches is left as it is)."""
+        import faiss
+
+        index = faiss.deserialize_index(faiss.serialize_index(self.index))
+        index.add(np.ascontiguousarray(vecs, dtype=np.float32))
+        return type(self)(index, self.m, self.ef_construction, self.ef_search)
+
     @property
     def ntotal(self) -> int:
         return int(self.index.ntotal)

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ambiqa.errors import RetrievalIndexError
 from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
@@ -53,6 +54,8 @@ class BM25Retriever(SharedResource):
         self.passages = list(passages)
         self._by_id = {p.id: p for p in self.passages}
         self._fingerprint = passages_fingerprint("bm25", self.passages, f"stopwords={STOPWORDS}")
+        #: the manifest it was opened with (None when built in this process)
+        self.manifest: dict[str, Any] | None = None
 
     # ---- building and loading -----------------------------------------------------------
     @classmethod
@@ -70,21 +73,26 @@ class BM25Retriever(SharedResource):
         """Index ``passages`` and persist the index under ``index_dir``."""
         passages = check_passages(passages, "BM25")
         retriever = cls.in_memory(passages)
-        model = retriever.model
+        retriever.save(index_dir)
+        return retriever
+
+    def save(self, index_dir: str | Path, extra: dict[str, Any] | None = None) -> None:
+        """Write this index under ``index_dir``: the arrays, the passages, the manifest last
+        (``extra``: more manifest fields, e.g. the record of what was added)."""
         index_dir = Path(index_dir)
         target = index_dir / BM25_DIR
         target.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=index_dir, prefix=".bm25s-"))
         try:
-            model.save(str(tmp), allow_pickle=False, show_progress=False)
+            self.model.save(str(tmp), allow_pickle=False, show_progress=False)
             for f in tmp.iterdir():
                 os.replace(f, target / f.name)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        write_passages(index_dir / PASSAGES, passages)
+        write_passages(index_dir / PASSAGES, self.passages)
         write_manifest(index_dir, {"kind": "bm25", "stopwords": STOPWORDS, "lower": True,
-                                   "count": len(passages), "fingerprint": retriever.fingerprint})
-        return retriever
+                                   "count": len(self.passages),
+                                   "fingerprint": self.fingerprint, **(extra or {})})
 
     @classmethod
     def load(cls, index_dir: str | Path) -> BM25Retriever:
@@ -101,6 +109,7 @@ class BM25Retriever(SharedResource):
                               hint="rebuild the index") from exc
         passages = read_passages(index_dir / PASSAGES, "bm25")
         retriever = cls(model, passages)
+        retriever.manifest = manifest
         n_docs = int(model.scores.get("num_docs", len(passages)))
         if n_docs != len(passages) or manifest.get("fingerprint") not in (
                 None, retriever.fingerprint):

@@ -148,6 +148,8 @@ class DenseRetriever(SharedResource):
         if ann is not None:  # a large index: approximate search (ambiqa.retrieval.ann)
             self._faiss = ann
         self.ann = ann
+        #: the manifest it was opened with (None when built in this process)
+        self.manifest: dict[str, Any] | None = None
 
     # ---- building and loading -----------------------------------------------------------
     @classmethod
@@ -162,16 +164,26 @@ class DenseRetriever(SharedResource):
         from ambiqa.retrieval.ann import build_for
 
         index_dir = Path(index_dir)
-        ann = build_for(vecs, index_dir)  # None below the size threshold: exact search
+        ann = build_for(vecs)  # None below the size threshold: exact search
         retriever = cls(passages, vecs, encoder=encoder, encoder_name=enc_name, ann=ann)
+        retriever.save(index_dir)
+        return retriever
+
+    def save(self, index_dir: str | Path, extra: dict[str, Any] | None = None) -> None:
+        """Write this index under ``index_dir``: embeddings, passages, the HNSW graph when
+        there is one, the manifest last (``extra``: more manifest fields)."""
+        index_dir = Path(index_dir)
+        vecs = self.embeddings
+        if self.ann is not None:
+            self.ann.save(index_dir)
         atomic_write(index_dir / EMBEDDINGS, lambda fh: np.save(fh, vecs, allow_pickle=False),
                      mode="wb")
-        write_passages(index_dir / PASSAGES, passages)
-        write_manifest(index_dir, {"kind": "dense", "encoder": enc_name, "dim": int(vecs.shape[1]),
-                                   "count": len(passages),
-                                   "fingerprint": retriever.fingerprint,
-                                   **({"ann": ann.describe()} if ann else {})})
-        return retriever
+        write_passages(index_dir / PASSAGES, self.passages)
+        write_manifest(index_dir, {"kind": "dense", "encoder": self.encoder_name,
+                                   "dim": int(vecs.shape[1]), "count": len(self.passages),
+                                   "fingerprint": self.fingerprint,
+                                   **({"ann": self.ann.describe()} if self.ann else {}),
+                                   **(extra or {})})
 
     @classmethod
     def load(cls, index_dir: str | Path, encoder: Any = None, backend: str = "numpy"
@@ -191,6 +203,7 @@ class DenseRetriever(SharedResource):
         retriever = cls(passages, vecs, encoder=encoder,
                         encoder_name=str(manifest.get("encoder", "all-MiniLM-L6-v2")),
                         backend=backend, ann=ann)
+        retriever.manifest = manifest
         if manifest.get("fingerprint") not in (None, retriever.fingerprint):
             raise RetrievalIndexError(f"dense index at {index_dir} does not match its manifest "
                               "(files changed after building)", hint="rebuild the index")
