@@ -5,6 +5,13 @@ Routes:
 * ``POST /v1/answer`` ``{"question": "..."}`` -> answer, interpretations (each with the ids
   of the passages it cites and, per citation, the passage's title, text and supporting
   sentence), the passages read and the cost trace;
+* ``POST /v1/answer/stream`` (same body) -> server-sent events: ``evidence`` (the
+  interpretations with their citations and the passages, when the program knows them),
+  ``answer`` (``{"text": ...}``, the answer as the LM writes it), ``restart`` (the writer
+  started over: drop the text so far), then ``done`` (the body ``/v1/answer`` returns, plus
+  ``stream``: seconds to the first answer chunk, chunks, total) or ``error`` (``{"status",
+  "detail"}``: the status ``/v1/answer`` would have answered). A request refused before it
+  runs (401, 422, 503 busy or not ready) gets that status and a JSON body instead;
 * ``GET /v1/program`` -> program, optimizer, demos per predictor, index, manifest;
 * ``GET /healthz`` (the process answers) and ``GET /readyz`` (the LM and index are loaded and
   the server is not shutting down);
@@ -33,19 +40,21 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from ambiqa.api.loader import check_runnable
 from ambiqa.errors import AmbiqaError, ConfigError
 from ambiqa.lm.redact import redact
 from ambiqa.programs.base import MAX_QUESTION_CHARS, check_question
+from ambiqa.programs.streaming import AnswerChunk, AnswerRestart, Evidence
 from ambiqa.serve.admission import Admission, DeadlineExceeded, QueueFull
 from ambiqa.serve.evidence import answer_payload
 from ambiqa.serve.loading import ServedProgram, has_aforward
@@ -208,6 +217,65 @@ def _lm_error_status(exc: BaseException) -> tuple[int, str] | None:
     return 502, f"the LM failed ({type(exc).__name__}: {text})"
 
 
+def _failure(exc: BaseException) -> tuple[int, str, dict[str, str] | None]:
+    """``(status, detail, headers)`` for a program call that raised ``exc``."""
+    if isinstance(exc, QueueFull):
+        return 503, str(exc), {"Retry-After": str(exc.retry_after_s)}
+    if isinstance(exc, DeadlineExceeded):
+        return 504, str(exc), None
+    if isinstance(exc, ConfigError):
+        return 422, exc.message, None
+    lm = _lm_error_status(exc)
+    if lm is not None:
+        log.warning("answer failed: %s", lm[1])
+        return lm[0], lm[1], {"Retry-After": "5"} if lm[0] == 503 else None
+    if isinstance(exc, AmbiqaError):
+        log.error("answer failed: %s", exc)
+        return 500, f"{type(exc).__name__}: {exc.message}", None
+    log.error("answer failed", exc_info=exc)
+    return 500, f"internal error ({type(exc).__name__}); see the server log", None
+
+
+def _final_payload(pred: Any) -> tuple[dict[str, Any] | None,
+                                       tuple[int, str, dict[str, str] | None] | None]:
+    """``(payload, None)`` for an answer, ``(None, (status, detail, headers))`` for a
+    prediction with no answer (what a program returns after its steps degraded)."""
+    payload = answer_payload(pred)
+    payload["cached"] = bool((payload.get("trace") or {}).get("cached_calls"))
+    if payload["answer"].strip():
+        return payload, None
+    events = payload["trace"].get("events") or []
+    unavailable = any("LM unavailable" in e for e in events)
+    detail = ("the program produced no answer"
+              + (f" (degraded steps: {'; '.join(events)[:300]})" if events else ""))
+    return None, (503 if unavailable else 502, detail,
+                  {"Retry-After": "5"} if unavailable else None)
+
+
+def _sse(event: str, data: Any) -> bytes:
+    """One server-sent event (its JSON on one line, credentials redacted)."""
+    import json
+
+    return f"event: {event}\ndata: {redact(json.dumps(data, ensure_ascii=False))}\n\n".encode()
+
+
+async def _stream_program(served: ServedProgram, question: str,
+                          events: asyncio.Queue) -> None:
+    """One program call through ``astream`` (a program without it: its whole answer), each
+    event put on ``events``, with the LM and tracing in this request's DSPy context."""
+    import dspy
+
+    from ambiqa.lm import trace_callback
+    from ambiqa.tracing import UsageTap
+
+    with dspy.context(lm=served.lm, callbacks=[trace_callback()], usage_tracker=UsageTap()):
+        if not callable(getattr(served.program, "astream", None)):
+            await events.put(await _call_program(served, question))
+            return
+        async for event in served.program.astream(question=question):
+            await events.put(event)
+
+
 async def _call_program(served: ServedProgram, question: str) -> Any:
     """One program call through its async path, with the LM and tracing in this request's
     DSPy context (never DSPy's global settings)."""
@@ -222,6 +290,15 @@ async def _call_program(served: ServedProgram, question: str) -> Any:
         # a program without an async path: its synchronous call in a worker thread
         # (asyncio.to_thread copies this context, so the LM and tracing apply there)
         return await asyncio.to_thread(served.program, question=question)
+
+
+class _Shown:
+    """The parts of a prediction :func:`answer_payload` reads, from an Evidence event."""
+
+    def __init__(self, interpretations: list[dict[str, Any]],
+                 passages: list[dict[str, Any]]) -> None:
+        self.interpretations, self.passages, self.answer, self.trace = (
+            interpretations, passages, "", {})
 
 
 def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int = 16,
@@ -341,34 +418,85 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
             return _err(422, exc.message)
         try:
             pred = await admission.run(lambda: _call_program(served, question))
-        except QueueFull as exc:
-            return _err(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
-        except DeadlineExceeded as exc:
-            return _err(504, str(exc))
-        except ConfigError as exc:
-            return _err(422, exc.message)
-        except Exception as exc:  # noqa: BLE001  (mapped to a status below)
-            lm = _lm_error_status(exc)
-            if lm is not None:
-                log.warning("answer failed: %s", lm[1])
-                return _err(lm[0], lm[1], {"Retry-After": "5"} if lm[0] == 503 else None)
-            if isinstance(exc, AmbiqaError):
-                log.error("answer failed: %s", exc)
-                return _err(500, f"{type(exc).__name__}: {exc.message}")
-            log.exception("answer failed")
-            return _err(500, f"internal error ({type(exc).__name__}); see the server log")
-        payload = answer_payload(pred)
-        payload["cached"] = bool((payload.get("trace") or {}).get("cached_calls"))
-        if not payload["answer"].strip():
-            events = payload["trace"].get("events") or []
-            unavailable = any("LM unavailable" in e for e in events)
-            detail = ("the program produced no answer"
-                      + (f" (degraded steps: {'; '.join(events)[:300]})" if events else ""))
-            return _err(503 if unavailable else 502, detail,
-                        {"Retry-After": "5"} if unavailable else None)
+        except Exception as exc:  # noqa: BLE001  (mapped to a status by _failure)
+            return _err(*_failure(exc))
+        payload, failed = _final_payload(pred)
+        if failed is not None:
+            return _err(*failed)
         # a Response is sent as is: the payload is already plain JSON types, and FastAPI's
         # response_model round trip (validate, then serialize) cost ~1 ms per request
         return JSONResponse(payload)
+
+    stream_responses: dict[int | str, dict[str, Any]] = {
+        **errors, 200: {"content": {"text/event-stream": {}},
+                        "description": "server-sent events: evidence, answer, restart, then "
+                                       "done (the /v1/answer body plus stream timings) or "
+                                       "error ({status, detail})"}}
+
+    @app.post("/v1/answer/stream", responses=stream_responses,
+              dependencies=[Depends(require_token)], response_class=StreamingResponse)
+    async def answer_stream(body: AnswerRequest) -> Any:
+        """Answer one question as server-sent events, the answer as it is written."""
+        started = time.perf_counter()
+        served, admission = require_ready()
+        try:
+            question = check_question(body.question)
+        except ConfigError as exc:
+            return _err(422, exc.message)
+        if admission.running >= admission.slots and admission.waiting >= admission.queue:
+            admission.refused += 1
+            retry = admission.retry_after()
+            return _err(503, str(QueueFull(retry)), {"Retry-After": str(retry)})
+        events: asyncio.Queue = asyncio.Queue()
+        task = asyncio.ensure_future(
+            admission.run(lambda: _stream_program(served, question, events)))
+
+        async def sse() -> AsyncIterator[bytes]:
+            first: float | None = None
+            chunks = 0
+            final = None
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                done, _ = await asyncio.wait({getter, task},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    event = getter.result()
+                elif not events.empty():
+                    getter.cancel()
+                    event = events.get_nowait()
+                else:
+                    getter.cancel()
+                    break
+                if isinstance(event, AnswerChunk):
+                    if first is None:
+                        first = time.perf_counter() - started
+                    chunks += 1
+                    yield _sse("answer", {"text": event.text})
+                elif isinstance(event, AnswerRestart):
+                    yield _sse("restart", {"predictor": event.predictor})
+                elif isinstance(event, Evidence):
+                    shown = answer_payload(_Shown(event.interpretations, event.passages))
+                    yield _sse("evidence", {"interpretations": shown["interpretations"],
+                                            "passages": shown["passages"]})
+                else:
+                    final = event
+            exc = task.exception()
+            if exc is not None:
+                status, detail, _ = _failure(exc)
+                yield _sse("error", {"status": status, "detail": detail})
+                return
+            payload, failed = _final_payload(final)
+            if failed is not None:
+                yield _sse("error", {"status": failed[0], "detail": failed[1]})
+                return
+            payload["stream"] = {"first_chunk_s": None if first is None else round(first, 4),
+                                 "answer_chunks": chunks,
+                                 "total_s": round(time.perf_counter() - started, 4)}
+            yield _sse("done", payload)
+
+        return StreamingResponse(sse(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache",
+                                          "X-Accel-Buffering": "no"})
 
     @app.get("/v1/program", dependencies=[Depends(require_token)], responses=errors)
     async def program() -> dict[str, Any]:

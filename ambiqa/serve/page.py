@@ -2,9 +2,14 @@
 network beyond this server), kept in a Python module so it ships with the package without
 package-data configuration.
 
-It asks ``POST /v1/answer`` and shows the answer, each interpretation with its cited passages
-(title, the supporting sentence marked inside the passage text) and the cost (LM calls,
-seconds). Model output and passages are inserted as text nodes, never as HTML. ``/?q=...``
+It asks ``POST /v1/answer/stream`` and shows the interpretations with their cited passages
+(title, the supporting sentence marked inside the passage text) as soon as the program knows
+them, the answer as the LM writes it, then the whole answer and the cost (LM calls, seconds,
+seconds to the first words) from the stream's ``done`` event; ``body[data-state]`` says when
+it is over (``answered``, ``failed``, ``token``). Model output and passages are
+inserted as text nodes, never as HTML. ``#answer``'s ``data-chunks`` counts the answer
+chunks shown and ``data-first-text`` keeps the text after the first one (the browser test
+reads both). ``/?q=...``
 fills in the question and asks it at once (a shareable link; the headless-browser test uses
 it). A token field appears when the server answers 401.
 """
@@ -37,6 +42,7 @@ PAGE_HTML = """<!doctype html>
   .cite-sentence { background: var(--mark); color: #111; }
   .cite-how, .unknown { color: var(--muted); font-size: .85rem; }
   #cost { color: var(--muted); font-size: .9rem; }
+  #answer.writing::after { content: "\\258D"; color: var(--muted); }
 </style>
 </head>
 <body>
@@ -56,7 +62,8 @@ PAGE_HTML = """<!doctype html>
   <h2>Interpretations</h2>
   <ol id="interpretations"></ol>
   <p id="cost"><span id="lm-calls"></span> LM calls, <span id="seconds"></span> s
-     (<span id="tokens"></span> tokens, <span id="retrievals"></span> retriever calls)</p>
+     (<span id="tokens"></span> tokens, <span id="retrievals"></span> retriever calls;
+     first words after <span id="first-chunk"></span> s)</p>
 </section>
 <script>
 "use strict";
@@ -91,8 +98,7 @@ function passageWithMark(text, sentence) {
   p.append(document.createTextNode(text.slice(at + sentence.length)));
   return p;
 }
-function show(data) {
-  $("answer").textContent = data.answer;
+function showInterpretations(data) {
   const list = $("interpretations");
   list.replaceChildren();
   for (const it of data.interpretations) {
@@ -116,7 +122,15 @@ function show(data) {
   }
   if (!data.interpretations.length)
     list.append(el("li", "unknown", "the program gave no separate interpretations"));
+}
+function show(data) {
+  $("answer").textContent = data.answer;
+  $("answer").className = "";
+  showInterpretations(data);
   const t = data.trace || {};
+  const s = data.stream || {};
+  $("first-chunk").textContent = s.first_chunk_s == null ? "\\u2013"
+                                                         : Number(s.first_chunk_s).toFixed(2);
   // calls answered by the response cache asked no LM: say so (issue 42)
   $("lm-calls").textContent = t.lm_calls +
     (t.cached_calls ? " (" + t.cached_calls + " from the response cache)" : "");
@@ -125,28 +139,85 @@ function show(data) {
   $("retrievals").textContent = t.retriever_calls;
   $("result").hidden = false;
 }
+// One server-sent event ("event: NAME" and "data: JSON" lines) -> [name, data].
+function parseEvent(block) {
+  let name = "message", data = "";
+  for (const line of block.split("\\n")) {
+    if (line.startsWith("event: ")) name = line.slice(7);
+    else if (line.startsWith("data: ")) data += line.slice(6);
+  }
+  return [name, data ? JSON.parse(data) : {}];
+}
+function onEvent(name, data, started) {
+  const answer = $("answer");
+  if (name === "evidence") {
+    showInterpretations(data);
+    $("result").hidden = false;
+  } else if (name === "answer") {
+    const n = Number(answer.dataset.chunks || 0) + 1;
+    if (n === 1) status("Writing the answer\\u2026");
+    answer.dataset.chunks = n;
+    answer.className = "writing";
+    answer.textContent += data.text;
+    if (n === 1) answer.dataset.firstText = answer.textContent;
+    $("result").hidden = false;
+  } else if (name === "restart") {
+    answer.textContent = "";
+  } else if (name === "done") {
+    show(data);
+    status("Answered in " + ((performance.now() - started) / 1000).toFixed(2) + " s.");
+    document.body.dataset.state = "answered";
+  } else if (name === "error") {
+    answer.className = "";
+    status("Error " + data.status + ": " + data.detail, true);
+    document.body.dataset.state = "failed";
+  }
+}
 async function ask(question) {
   status("Asking\\u2026");
   $("submit").disabled = true;
+  $("result").hidden = true;
+  $("answer").textContent = "";
+  $("answer").dataset.chunks = 0;
+  $("interpretations").replaceChildren();
+  delete document.body.dataset.state;
   const started = performance.now();
   try {
-    const r = await fetch("v1/answer", {method: "POST", headers: headers(),
-                                         body: JSON.stringify({question})});
-    let body = {};
-    try { body = await r.json(); } catch (e) { body = {detail: r.statusText}; }
-    if (r.status === 401) { askForToken(); return; }
+    const r = await fetch("v1/answer/stream", {method: "POST", headers: headers(),
+                                                body: JSON.stringify({question})});
+    if (r.status === 401) { askForToken(); document.body.dataset.state = "token"; return; }
     if (!r.ok) {
+      document.body.dataset.state = "failed";
+      let body = {};
+      try { body = await r.json(); } catch (e) { body = {detail: r.statusText}; }
       const wait = r.headers.get("Retry-After");
       status("Error " + r.status + ": " + body.detail +
              (wait ? " (try again in " + wait + " s)" : ""), true);
       return;
     }
     if ($("token").value) sessionStorage.setItem("ambiqa-token", $("token").value);
-    show(body);
-    status("Answered in " + ((performance.now() - started) / 1000).toFixed(2) + " s.");
-    document.body.dataset.state = "answered";
+    status("Finding the passages and readings\\u2026");
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, {stream: true});
+      let at;
+      while ((at = buffer.indexOf("\\n\\n")) >= 0) {
+        const block = buffer.slice(0, at);
+        buffer = buffer.slice(at + 2);
+        if (block.trim()) onEvent(...parseEvent(block), started);
+      }
+    }
+    if (!document.body.dataset.state) {
+      status("The answer stopped before it was complete.", true);
+      document.body.dataset.state = "failed";
+    }
   } catch (e) {
     status("Could not reach the server: " + e, true);
+    document.body.dataset.state = "failed";
   } finally {
     $("submit").disabled = false;
   }

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.parse
 from html.parser import HTMLParser
 
@@ -70,18 +71,116 @@ class _Dom(HTMLParser):
                     seen_cls.add(cls)
 
 
-def dump_dom(url: str, budget_ms: int = 20000) -> str:
-    """The DOM after the page's scripts ran (virtual time waits for pending fetches)."""
-    with tempfile.TemporaryDirectory() as profile:
-        out = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+#: what the page shows when it is done with a question (``body[data-state]``)
+PAGE_DONE = "document.body.dataset.state"
+
+
+class _Cdp:
+    """Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``:
+    JSON messages separated by NUL on fds 3 and 4), so a test waits in real time for what
+    the page shows -- the page reads a streamed answer, which Chromium's virtual time
+    (``--virtual-time-budget``) does not wait for -- with the standard library only."""
+
+    def __init__(self, profile: str) -> None:
+        import fcntl
+
+        def high(fd: int) -> int:  # off 3 and 4, which the shell below reassigns
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(fd)
+            return moved
+
+        to_chrome_r, self._to_chrome = map(high, os.pipe())
+        self._from_chrome, from_chrome_w = map(high, os.pipe())
+
+        # bash puts the pipes on fds 3 (our commands) and 4 (replies), then is Chromium
+        self.proc = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}',
+             CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-             f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
-            capture_output=True, text=True, timeout=120,
+             "--remote-debugging-pipe", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            pass_fds=(to_chrome_r, from_chrome_w),
             env={**os.environ, "HOME": profile})
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self._next = 0
+        self._buffer = b""
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None,
+             timeout_s: float = 60.0) -> dict:
+        import json
+        import select
+
+        self._next += 1
+        message = {"id": self._next, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
+        end = time.monotonic() + timeout_s
+        while True:
+            while b"\0" in self._buffer:
+                raw, self._buffer = self._buffer.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._next:
+                    if "error" in reply:
+                        raise RuntimeError(str(reply["error"]))
+                    return reply.get("result", {})
+            left = end - time.monotonic()
+            assert left > 0, f"Chromium gave no reply to {method} in {timeout_s} s"
+            ready, _, _ = select.select([self._from_chrome], [], [], left)
+            if ready:
+                data = os.read(self._from_chrome, 1 << 16)
+                assert data, "Chromium closed the pipe: " + self.proc.stderr.read().decode(
+                    errors="replace")[-2000:]
+                self._buffer += data
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout_s=10)
+        except (AssertionError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_chrome)
+        os.close(self._from_chrome)
+
+
+def dump_dom(url: str, budget_ms: int = 20000, done: str = PAGE_DONE) -> str:
+    """The DOM once the page's scripts are done: ``done`` (a JS expression) is true, or
+    ``budget_ms`` of real time passed."""
+    with tempfile.TemporaryDirectory() as profile:
+        cdp = _Cdp(profile)
+        try:
+            target = cdp.call("Target.createTarget", {"url": url})["targetId"]
+            session = cdp.call("Target.attachToTarget",
+                               {"targetId": target, "flatten": True})["sessionId"]
+            wait = (f"location.href === 'about:blank' ? null : new Promise(resolve => {{"
+                    f" const t0 = Date.now(); (function poll() {{"
+                    f" if ((document.readyState === 'complete' && ({done}))"
+                    f" || Date.now() - t0 > {budget_ms}) resolve("
+                    f"document.documentElement.outerHTML); else setTimeout(poll, 20);"
+                    f" }})(); }})")
+            for _ in range(300):  # until the page, not about:blank, answers
+                try:
+                    result = cdp.call("Runtime.evaluate",
+                                      {"expression": wait, "awaitPromise": True,
+                                       "returnByValue": True}, session=session,
+                                      timeout_s=budget_ms / 1000 + 60)
+                except RuntimeError as exc:  # the navigation replaced the context
+                    if "context was destroyed" not in str(exc):
+                        raise
+                    continue
+                html = result.get("result", {}).get("value")
+                if html:
+                    return "<!doctype html>" + html
+                time.sleep(0.05)
+            raise AssertionError(f"the page {url} never loaded")
+        finally:
+            cdp.close()
 
 
 def test_page_asks_and_shows_answer_interpretations_citations_and_cost(make_served,
