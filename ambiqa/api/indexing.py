@@ -104,13 +104,14 @@ class IndexResult:
     def add(self, corpus: str | os.PathLike[str] | Iterable[Any], *, replace: bool = False,
             split_words: int | None = None, text_column: str | None = None,
             base: str | os.PathLike[str] | None = None, encoder: Any = None) -> IndexResult:
-        """Add passages to this index (BM25 and dense; a ColBERT or sharded index is refused
+        """Add passages to this index (BM25, dense and ColBERT; a sharded index is refused
         with the command that rebuilds it) and return this result, updated.
 
         ``corpus``: what :func:`index` takes -- a path (or a list of ``Path`` objects; single
         ``.txt`` / ``.md`` files too, their ids their paths relative to ``base``, default
         their folder), a list of strings (passage texts) or of dicts / Passages. An id the
-        index already holds is refused unless ``replace=True``, which replaces that passage.
+        index already holds is refused unless ``replace=True``, which replaces that passage
+        (not in a ColBERT index: colbert-ai's updater can only append).
         The index on disk is replaced only once the new one is complete
         (:mod:`ambiqa.retrieval.adding`); its fingerprint changes, so an artifact compiled
         against it before is told the index changed when loaded. ``added``: the counts of

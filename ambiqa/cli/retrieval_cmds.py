@@ -80,10 +80,12 @@ def index_add_parser() -> argparse.ArgumentParser:
     """The parser of ``ambiqa index add NAME FILES...``."""
     p = argparse.ArgumentParser(
         prog="ambiqa index add", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Add passages to the built index NAME (bm25 or dense; a ColBERT or "
-                    "sharded index is refused with the command that rebuilds it). The index is "
+        description="Add passages to the built index NAME (bm25, dense or colbert; a sharded "
+                    "index is refused with the command that rebuilds it). The index is "
                     "replaced only once the new one is complete; its fingerprint changes, so "
-                    "artifacts compiled against it before are told the index changed.",
+                    "artifacts compiled against it before are told the index changed. ColBERT "
+                    "encodes only the new passages, with the index's centroids (rebuild after "
+                    "adds that change the corpus a lot), and cannot --replace.",
         epilog=CORPUS_HELP.replace("example: ambiqa index my_notes/ --name notes --kind bm25 "
                                    "--split-words 100\n         ambiqa ask \"...\" --program "
                                    "diva --index notes", "")
@@ -96,7 +98,7 @@ def index_add_parser() -> argparse.ArgumentParser:
                         ".txt/.md files")
     p.add_argument("--replace", action="store_true",
                    help="a passage whose id the index already holds replaces it (default: "
-                        "refused, and nothing is added)")
+                        "refused, and nothing is added; bm25 and dense only)")
     p.add_argument("--base", default=None, metavar="DIR",
                    help="single .txt/.md files: their ids are their paths relative to DIR "
                         "(default: their own folder); pass the folder the index was built from "

@@ -25,7 +25,11 @@ Per kind:
   (:mod:`ambiqa.retrieval.ann`) gets the new vectors inserted into a copy; it is rebuilt when
   passages were replaced (faiss HNSW cannot remove a vector) or the index just crossed the
   size threshold.
-* **colbert**: refused with the rebuild command: see :data:`COLBERT_REFUSAL`.
+* **colbert**: the new passages are encoded with the index's checkpoint and appended by
+  colbert-ai's ``IndexUpdater`` (into a copy of the index: it writes in place), their tokens
+  compressed with the existing centroids, which are not retrained
+  (:mod:`ambiqa.retrieval.colbert.update` says what the updater needs around it). Replacing a
+  passage is refused with the rebuild command: the updater can only append.
 * a **sharded** index: refused with the rebuild command.
 
 Ids: a passage whose id the index already holds is refused (one line naming it and how many
@@ -58,13 +62,6 @@ from ambiqa.types import Passage
 #: the manifest's list of what was added, one entry per add
 ADDITIONS = "additions"
 
-#: why a ColBERT index is rebuilt rather than added to (checked on colbert-ai 0.2.22, CPU)
-COLBERT_REFUSAL = (
-    "colbert-ai 0.2.22's IndexUpdater cannot add to the indexes it builds (its IVF is saved "
-    "padded and the updater's consistency assert fails on it; its persist_to_disk also "
-    "miscounts the embeddings and writes in place)")
-
-
 @dataclass(frozen=True)
 class Added:
     """What one add did: the retriever over the new index, the counts and both fingerprints."""
@@ -87,8 +84,8 @@ def add_passages(name: str, passages: Iterable[Passage], *, root: str | os.PathL
 
     ``encoder``: a dense index's passage encoder (default: the one it was built with, MiniLM;
     tests pass a stand-in). Raises :class:`DataError` for bad or duplicate passages and
-    :class:`RetrievalIndexError` for an index that cannot be added to (ColBERT, sharded,
-    missing or damaged), both before anything is written.
+    :class:`RetrievalIndexError` for an index that cannot be added to (sharded, missing or
+    damaged; a ColBERT passage replaced), both before anything is written.
     """
     root = Path(root).expanduser()
     kind = addable(name, root)
@@ -100,13 +97,15 @@ def add_passages(name: str, passages: Iterable[Passage], *, root: str | os.PathL
         remove_stale_builds(root, name)
         if kind == "bm25":
             return _add_bm25(index_dir, new, replace, source)
+        if kind == "colbert":
+            return _add_colbert(index_dir, new, replace, source)
         return _add_dense(index_dir, new, replace, source, encoder)
 
 
 def addable(name: str, root: str | os.PathLike[str]) -> str:
     """The kind of the index ``name`` under ``root`` if passages can be added to it; else a
-    one-line :class:`RetrievalIndexError` naming the command that rebuilds it (nothing is
-    opened or hashed: a large ColBERT index is refused at once)."""
+    one-line :class:`RetrievalIndexError` naming the command that rebuilds it (a sharded
+    index; nothing is opened or hashed)."""
     check_index_name(name)
     root = Path(root).expanduser()
     kind = index_kind(name, root)
@@ -115,11 +114,6 @@ def addable(name: str, root: str | os.PathLike[str]) -> str:
             f"index {name!r} is sharded ({name}-0, {name}-1, ...): passages cannot be added "
             "to a sharded index", hint=f"rebuild it with the new passages: "
             f"{rebuild_command(kind, name)} --shards N")
-    if kind == "colbert":
-        raise RetrievalIndexError(
-            f"cannot add passages to the ColBERT index {name!r}: {COLBERT_REFUSAL}",
-            hint=f"rebuild it over the whole corpus: {rebuild_command('colbert', name)}, "
-                 f"or index the corpus as --kind dense or bm25, which take adds")
     return kind
 
 
@@ -281,3 +275,44 @@ def _add_dense(index_dir: Path, new: list[Passage], replace: bool, source: str,
     _commit(index_dir, lambda tmp: retriever.save(tmp, extra))
     retriever.manifest = _written(index_dir)
     return Added(retriever, len(merge.appended), n_rep, old.fingerprint, retriever.fingerprint)
+
+
+def _add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str) -> Added:
+    from ambiqa.fsutil import atomic_write_json
+    from ambiqa.retrieval.colbert.manifest import LOG_FILE, MANIFEST, CorpusFingerprint
+    from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
+    from ambiqa.retrieval.colbert.update import append_passages
+    from ambiqa.retrieval.integrity import record_files
+
+    name = index_dir.name
+    old = ColBERTRetriever.load(index_dir.parent, name)
+    passages = list(old._passages)
+    merge = _merge(passages, new, replace, name)
+    if merge.passages == passages:
+        return Added(old, 0, len(merge.replaced_rows), old.fingerprint, old.fingerprint)
+    if merge.replaced_rows:
+        raise RetrievalIndexError(
+            f"cannot replace passages of the ColBERT index {name!r} (colbert-ai's updater "
+            f"can only append; {len(merge.replaced_rows)} of the ids are in it already); "
+            "nothing was added",
+            hint=f"add them under new ids, or rebuild over the whole corpus: "
+                 f"{rebuild_command('colbert', name)}")
+    fp = CorpusFingerprint()
+    for p in merge.passages:
+        fp.update(p)
+    manifest = {**old.manifest, "n_passages": len(merge.passages), "corpus_sha256": fp.hexdigest()}
+    after = ColBERTRetriever(index_dir, manifest, merge.passages).fingerprint
+    manifest[ADDITIONS] = _extra(old.manifest, merge, source, old.fingerprint,
+                                 after)[ADDITIONS]
+
+    def write(tmp: Path) -> None:
+        for f in index_dir.iterdir():  # the updater writes in place: into a copy
+            if f.is_file() and not f.name.startswith("."):
+                shutil.copy2(f, tmp / f.name)
+        append_passages(tmp, old.manifest, passages, merge.appended)
+        manifest[FILES_KEY] = record_files(tmp, {MANIFEST, LOG_FILE})
+        atomic_write_json(tmp / MANIFEST, manifest)
+
+    _commit(index_dir, write)
+    retriever = ColBERTRetriever.load(index_dir.parent, name)
+    return Added(retriever, len(merge.appended), 0, old.fingerprint, retriever.fingerprint)

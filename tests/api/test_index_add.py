@@ -1,6 +1,6 @@
 """Adding passages to a built index (issue 43 item 2): ``ambiqa.open_index(NAME).add(...)`` and
-``ambiqa index add NAME FILES...`` for BM25 and dense, a refusal naming the rebuild for ColBERT
-and sharded indexes.
+``ambiqa index add NAME FILES...`` for BM25 and dense (ColBERT, which needs a real index:
+``tests/integration/test_colbert_add.py``), a refusal naming the rebuild for sharded indexes.
 
 Each kind: searched before and after (the new passage found after, the old ones still), the
 fingerprint changed (an artifact compiled before is refused on load, as after a rebuild), the
@@ -262,18 +262,13 @@ def test_an_artifact_compiled_before_the_add_is_told_the_index_changed(root, fre
 
 # --- what cannot be added to ------------------------------------------------------------------
 
-def test_colbert_and_sharded_indexes_are_refused_naming_the_rebuild(root):
-    (root / "wiki").mkdir(parents=True)  # what index_kind takes for a ColBERT index
-    (root / "wiki" / "ambiqa_manifest.json").write_text("{}")
-    with pytest.raises(RetrievalIndexError) as err:
-        add_passages("wiki", [ZEBRA], root=root)
-    assert "cannot add passages to the ColBERT index 'wiki'" in err.value.message
-    assert "IndexUpdater" in err.value.message and "\n" not in err.value.message
-    assert "ambiqa index CORPUS --name wiki --kind colbert" in err.value.hint
+def test_sharded_and_missing_indexes_are_refused_naming_the_fix(root):
+    root.mkdir(parents=True)
     (root / "big.shards.json").write_text(json.dumps({"kind": "dense", "shards": []}))
     with pytest.raises(RetrievalIndexError, match="sharded") as err:
         add_passages("big", [ZEBRA], root=root)
-    assert "--shards N" in err.value.hint
+    assert "\n" not in err.value.message and "--shards N" in err.value.hint
+    assert "ambiqa index CORPUS --name big --kind dense" in err.value.hint
     with pytest.raises(RetrievalIndexError, match="no index named 'nope'"):
         add_passages("nope", [ZEBRA], root=root)
 
@@ -365,13 +360,13 @@ def test_the_cli_adds_files(kind, root, tmp_path, capsys):
     assert ambiqa.open_index("notes").get("zebra.md").text == "Zebras are horses in pyjamas."
 
 
-def test_the_cli_refuses_colbert_in_one_line_and_every_flag_has_help(root, capsys):
-    (root / "wiki").mkdir(parents=True)
-    (root / "wiki" / "ambiqa_manifest.json").write_text("{}")
-    assert main(["index", "add", "wiki", str(root / "nothing.jsonl")]) == 2
+def test_the_cli_refuses_a_sharded_index_in_one_line_and_every_flag_has_help(root, capsys):
+    root.mkdir(parents=True)
+    (root / "big.shards.json").write_text(json.dumps({"kind": "colbert", "shards": []}))
+    assert main(["index", "add", "big", str(root / "nothing.jsonl")]) == 2
     first, fix = capsys.readouterr().err.splitlines()[:2]
-    assert first.startswith("ambiqa: error: cannot add passages to the ColBERT index 'wiki'")
-    assert "ambiqa index CORPUS --name wiki --kind colbert" in fix
+    assert first.startswith("ambiqa: error: index 'big' is sharded")
+    assert "ambiqa index CORPUS --name big --kind colbert --shards N" in fix
     parser = index_add_parser()
     assert [a.dest for a in parser._actions if not a.help] == []
     with pytest.raises(SystemExit):

@@ -240,6 +240,7 @@ class ColBERTRetriever(SharedResource):
             install_query_fit(searcher.checkpoint.query_tokenizer, self._min_query_len)
             searcher.config.query_maxlen = QUERY_HARD_MAX
         self._searcher = searcher
+        self.checkpoint_dir = path  # the one searched with (adding encodes with it too)
         return searcher
 
     def _warn_if_truncated(self, searcher: Any, query: str) -> None:
