@@ -232,3 +232,29 @@ def test_page_asks_for_the_token_when_the_server_needs_one(make_served, live_ser
     assert "needs an access token" in dom.by_id["status"]
     assert dom.attrs_of["token-row"].get("class") == "shown"
     assert served.lm.engine.calls == []
+
+
+def test_page_shows_the_answer_as_it_is_written(make_served, live_server):
+    """The LM is the fake OpenAI-compatible server, streaming its replies word by word: the
+    page shows the first words before the last ones come, then the whole answer."""
+    from ambiqa import testing_server
+    from ambiqa.lm import endpoint_lm
+
+    url, shutdown = testing_server.serve(delay=0.05, chunk_delay=0.05)
+    try:
+        served = make_served(endpoint_lm("openai/fake", api_base=url, cache=False))
+        srv = live_server(create_app(served))
+        html = dump_dom(f"{srv.url}/?q={urllib.parse.quote('Who played Jo March?')}")
+    finally:
+        shutdown()
+    dom = _Dom()
+    dom.feed(html)
+    assert "Answered in" in dom.by_id["status"], dom.by_id["status"]
+    answer = dom.attrs_of["answer"]
+    final = dom.by_id["answer"]
+    assert int(answer["data-chunks"]) > 3  # shown chunk by chunk
+    first = answer["data-first-text"]
+    assert first and final.startswith(first) and len(first) < len(final)
+    assert float(dom.by_id["first-chunk"]) > 0  # seconds to the first words, from `done`
+    assert len(dom.by_class["interp"]) == 2 and len(dom.by_class["cite-sentence"]) == 2
+    assert shutdown.server.streamed == 2  # both LM calls streamed
