@@ -53,10 +53,19 @@ from typing import Any
 import numpy as np
 
 from ambiqa.errors import DataError, RetrievalIndexError
-from ambiqa.fsutil import swap_dir_into_place
+from ambiqa.fsutil import atomic_write_json, swap_dir_into_place
+from ambiqa.jsonio import read_json
+from ambiqa.retrieval import encoder as encoders
+from ambiqa.retrieval.ann import HNSWIndex, wants_ann
 from ambiqa.retrieval.base import PassageCheck
+from ambiqa.retrieval.bm25 import BM25Retriever
+from ambiqa.retrieval.colbert import manifest as colbert
+from ambiqa.retrieval.colbert.build import remove_stale_builds
+from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
+from ambiqa.retrieval.colbert.update import append_passages
+from ambiqa.retrieval.dense import MANIFEST, DenseRetriever
 from ambiqa.retrieval.factory import check_index_name, index_kind
-from ambiqa.retrieval.integrity import FILES_KEY, rebuild_command
+from ambiqa.retrieval.integrity import FILES_KEY, rebuild_command, record_files
 from ambiqa.types import Passage
 
 #: the manifest's list of what was added, one entry per add
@@ -92,8 +101,6 @@ def add_passages(name: str, passages: Iterable[Passage], *, root: str | os.PathL
     index_dir = root / name
     new = _checked(passages)
     with _locked(root, name):
-        from ambiqa.retrieval.colbert.build import remove_stale_builds
-
         remove_stale_builds(root, name)
         if kind == "bm25":
             return _add_bm25(index_dir, new, replace, source)
@@ -210,9 +217,6 @@ def _commit(index_dir: Path, write: Any) -> None:
 
 def _written(index_dir: Path) -> dict[str, Any] | None:
     """The manifest just committed (what the retriever would have been opened with)."""
-    from ambiqa.jsonio import read_json
-    from ambiqa.retrieval.dense import MANIFEST
-
     try:
         data = read_json(index_dir / MANIFEST, error=RetrievalIndexError)
     except RetrievalIndexError:
@@ -221,8 +225,6 @@ def _written(index_dir: Path) -> dict[str, Any] | None:
 
 
 def _add_bm25(index_dir: Path, new: list[Passage], replace: bool, source: str) -> Added:
-    from ambiqa.retrieval.bm25 import BM25Retriever
-
     old = BM25Retriever.load(index_dir)
     merge = _merge(old.passages, new, replace, index_dir.name)
     if merge.passages == old.passages:  # only identical replacements: nothing to write
@@ -237,15 +239,11 @@ def _add_bm25(index_dir: Path, new: list[Passage], replace: bool, source: str) -
 
 def _add_dense(index_dir: Path, new: list[Passage], replace: bool, source: str,
                encoder: Any) -> Added:
-    from ambiqa.retrieval.ann import HNSWIndex, wants_ann
-    from ambiqa.retrieval.dense import DenseRetriever
-    from ambiqa.retrieval.encoder import get_encoder
-
     old = DenseRetriever.load(index_dir, encoder=encoder)
     merge = _merge(old.passages, new, replace, index_dir.name)
     if merge.passages == old.passages:
         return Added(old, 0, len(merge.replaced_rows), old.fingerprint, old.fingerprint)
-    encoder = encoder or get_encoder()
+    encoder = encoder or encoders.get_encoder()
     enc_name = str(getattr(encoder, "name", type(encoder).__name__))
     if enc_name != old.encoder_name:
         raise RetrievalIndexError(
@@ -278,12 +276,6 @@ def _add_dense(index_dir: Path, new: list[Passage], replace: bool, source: str,
 
 
 def _add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str) -> Added:
-    from ambiqa.fsutil import atomic_write_json
-    from ambiqa.retrieval.colbert.manifest import LOG_FILE, MANIFEST, CorpusFingerprint
-    from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
-    from ambiqa.retrieval.colbert.update import append_passages
-    from ambiqa.retrieval.integrity import record_files
-
     name = index_dir.name
     old = ColBERTRetriever.load(index_dir.parent, name)
     passages = list(old._passages)
@@ -297,7 +289,7 @@ def _add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str
             "nothing was added",
             hint=f"add them under new ids, or rebuild over the whole corpus: "
                  f"{rebuild_command('colbert', name)}")
-    fp = CorpusFingerprint()
+    fp = colbert.CorpusFingerprint()
     for p in merge.passages:
         fp.update(p)
     manifest = {**old.manifest, "n_passages": len(merge.passages), "corpus_sha256": fp.hexdigest()}
@@ -310,8 +302,8 @@ def _add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str
             if f.is_file() and not f.name.startswith("."):
                 shutil.copy2(f, tmp / f.name)
         append_passages(tmp, old.manifest, passages, merge.appended)
-        manifest[FILES_KEY] = record_files(tmp, {MANIFEST, LOG_FILE})
-        atomic_write_json(tmp / MANIFEST, manifest)
+        manifest[FILES_KEY] = record_files(tmp, {colbert.MANIFEST, colbert.LOG_FILE})
+        atomic_write_json(tmp / colbert.MANIFEST, manifest)
 
     _commit(index_dir, write)
     retriever = ColBERTRetriever.load(index_dir.parent, name)
