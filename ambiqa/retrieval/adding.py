@@ -62,7 +62,7 @@ from ambiqa.retrieval.bm25 import BM25Retriever
 from ambiqa.retrieval.colbert import manifest as colbert
 from ambiqa.retrieval.colbert.build import remove_stale_builds
 from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
-from ambiqa.retrieval.colbert.update import append_passages
+from ambiqa.retrieval.colbert.update import append_passages, copy_index
 from ambiqa.retrieval.dense import MANIFEST, DenseRetriever
 from ambiqa.retrieval.factory import check_index_name, index_kind
 from ambiqa.retrieval.integrity import FILES_KEY, rebuild_command, record_files
@@ -298,9 +298,7 @@ def _add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str
                                  after)[ADDITIONS]
 
     def write(tmp: Path) -> None:
-        for f in index_dir.iterdir():  # the updater writes in place: into a copy
-            if f.is_file() and not f.name.startswith("."):
-                shutil.copy2(f, tmp / f.name)
+        copy_index(index_dir, tmp)  # the updater writes in place: into a copy
         append_passages(tmp, old.manifest, passages, merge.appended)
         manifest[FILES_KEY] = record_files(tmp, {colbert.MANIFEST, colbert.LOG_FILE})
         atomic_write_json(tmp / colbert.MANIFEST, manifest)

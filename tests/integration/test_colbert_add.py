@@ -123,13 +123,14 @@ def test_duplicates_and_replacements_are_refused_in_one_line(root):
 
 
 def test_a_failed_add_leaves_the_index_as_it_was(root, monkeypatch):
+    """The copy shares the files colbert-ai only reads (hard links): none is written."""
     before = _snapshot(root / "notes")
     fingerprint = ColBERTRetriever.load(root, "notes").fingerprint
 
-    def fail(index_dir):  # colbert-ai has already written into the copy
+    def fail(index_dir, exclude):  # everything but the manifest is written into the copy
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr("ambiqa.retrieval.colbert.update._pad_ivf", fail)
+    monkeypatch.setattr("ambiqa.retrieval.adding.record_files", fail)
     with pytest.raises(OSError, match="disk full"):
         ambiqa.open_index("notes", root=root).add([ZEBRA])
     assert _snapshot(root / "notes") == before

@@ -13,7 +13,9 @@ This module is the package's front; the work is split by concern:
   fingerprint;
 * :mod:`.patches` -- every change ambiqa makes to colbert-ai 0.2.22's internals (the pin's
   whole cost in one place);
-* :mod:`.progress` -- output capture, the progress bar and the build-time estimate.
+* :mod:`.progress` -- output capture, the progress bar and the build-time estimate;
+* :mod:`.update` -- appending passages with colbert-ai's ``IndexUpdater`` (``ambiqa index
+  add``, driven by :mod:`ambiqa.retrieval.adding`) and what it needs around it.
 
 Import-time environment defaults (``OMP_WAIT_POLICY`` among them) are set in one place,
 :mod:`ambiqa`'s ``__init__``, which always runs before this package; colbert-ai's own

@@ -10,8 +10,9 @@ What the updater needs around it, found on CPU here:
   ``optimize_ivf`` writes it;
 * ``persist_to_disk`` adds the *total* embedding count to ``metadata.json``'s
   ``num_embeddings`` (it doubles); it is rewritten from the doclens;
-* it writes in place, and prints: here it runs on a copy of the index, its output in the
-  index's ``colbert.log``.
+* it writes in place, and prints: here it runs on a copy of the index (:func:`copy_index`:
+  the files it writes copied, the others hard-linked), its output in the index's
+  ``colbert.log``.
 
 The new passages are encoded with the index's checkpoint and compressed with its existing
 centroids and residual buckets, which are not retrained: right for additions that resemble the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +43,29 @@ def colbert_text(p: Passage) -> str:
     (``title | text``, whitespace folded)."""
     text, title = " ".join(p.text.split()), " ".join(p.title.split())
     return f"{title} | {text}" if title else text
+
+
+def copy_index(src: Path, dst: Path) -> None:
+    """The files of the index ``src`` into the empty directory ``dst``: a real copy of each
+    file the updater or :func:`append_passages` writes in place (the metadata, the IVF, the
+    last chunk, the collection, the log), a hard link for the rest (centroids, buckets, earlier
+    chunks: only read), so a large index is not copied whole. Hidden files are left out."""
+    from ambiqa.errors import RetrievalIndexError
+
+    meta = read_json(src / "metadata.json", error=RetrievalIndexError)
+    last = int(meta["num_chunks"]) - 1
+    written = {"metadata.json", "ivf.pid.pt", COLLECTION, LOG_FILE, f"{last}.codes.pt",
+               f"{last}.residuals.pt", f"doclens.{last}.json", f"{last}.metadata.json"}
+    for f in src.iterdir():
+        if not f.is_file() or f.name.startswith("."):
+            continue
+        if f.name not in written:
+            try:
+                os.link(f, dst / f.name)
+                continue
+            except OSError:  # no hard links here: copy
+                pass
+        shutil.copy2(f, dst / f.name)
 
 
 def append_passages(index_dir: Path, manifest: dict[str, Any], old: Sequence[Passage],
