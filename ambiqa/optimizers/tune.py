@@ -338,6 +338,32 @@ def materialize(params: dict[str, Any], cfg: TuneConfig, recipe: Recipe, pools: 
     return program, settings
 
 
+def zero_shot_params(cfg: TuneConfig, recipe: Recipe, program: dspy.Module,
+                     predictors: list[str]) -> dict[str, Any]:
+    """The trial that is the program as written: no demos anywhere, its own settings (each
+    knob at the program's value, clamped into the knob's range). Enqueued first in every new
+    study, so the best trial can only be another one if it beats zero-shot on the same
+    held-out questions under the same objective (the do-no-harm rule of
+    :mod:`ambiqa.optimizers.select`)."""
+    params: dict[str, Any] = {"seed": 0}
+    if len(cfg.teleprompters) > 1:
+        params["teleprompter"] = cfg.teleprompters[0]
+    for name in predictors:
+        params[f"demos.{name}"] = 0
+        params[f"demoset.{name}"] = 0
+    if cfg.tune_knobs:
+        config = program.config() if hasattr(program, "config") else {}
+        for knob in recipe.knobs:
+            value = config.get(knob.name)
+            if knob.choices:
+                params[f"program.{knob.name}"] = value if value in knob.choices \
+                    else knob.choices[0]
+            else:
+                value = value if isinstance(value, int) else knob.low
+                params[f"program.{knob.name}"] = min(knob.high, max(knob.low, value))
+    return params
+
+
 # ---- the study ----------------------------------------------------------------------------------
 def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = None,
          out: str | Path | None = None, manifest_extra: dict[str, Any] | None = None,
@@ -462,6 +488,9 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
                 write_best(trial.number, trial.params, trial.value,
                            trial.user_attrs.get("score"))
 
+        if not study.trials:  # the first worker: zero-shot is always one of the candidates
+            study.enqueue_trial(zero_shot_params(cfg, recipe, base, predictors),
+                                user_attrs={"zero_shot": True})
         finished = _finished(study, optuna)
         todo = cfg.trials - finished
         if todo > 0 and not budget.exhausted:

@@ -195,3 +195,35 @@ def test_killed_tune_process_resumes(tmp_path):
         shutdown()
 
 
+
+
+def test_zero_shot_is_the_first_trial_and_ships_unless_beaten(tmp_path, use_lm, demo_retriever):
+    """Every new study scores the program as written first (no demos, its own settings), on
+    the same held-out questions: a study whose demos only hurt ships zero-shot."""
+    import dspy
+
+    from ambiqa.testing import ScriptedEngine, titles_as_answers
+
+    class TurnEngine(ScriptedEngine):
+        with_demos = False
+
+        def complete(self, request):
+            self.with_demos = len(request.messages) > 1
+            return super().complete(request)
+
+    engine = TurnEngine({
+        "ClarifyFromPassages": titles_as_answers,
+        "WriteLongAnswer": lambda inp: {"long_answer": (
+            "I cannot say." if engine.with_demos else "Answers: " + inp["interpretations"])},
+    })
+    use_lm(dspy.LM("scripted/fake", engine=engine, cache=False, num_retries=0))
+    out = tmp_path / "best.json"
+    res = tune(_cfg(tmp_path, trials=3, tune_knobs=False), load_dataset("demo:train"),
+               dspy_metric("str-em"), retriever=demo_retriever, out=out)
+    study = optuna.load_study(study_name="s1", storage=f"sqlite:///{tmp_path}/t.db")
+    first = study.trials[0]
+    assert first.user_attrs["zero_shot"] is True
+    assert all(v == 0 for k, v in first.params.items() if k.startswith("demos."))
+    assert study.best_value == first.value  # nothing beat it (ties keep the first)
+    writer_demos = read_artifact(out)["state"]["long_answer.write"]["demos"]
+    assert res.best_trial == first.number or writer_demos == []
