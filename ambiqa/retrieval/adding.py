@@ -187,8 +187,9 @@ def _extra(manifest: dict[str, Any] | None, merge: _Merge, source: str, before: 
 
 def changes_since(retriever: Any, fingerprint: str) -> str | None:
     """What ``ambiqa index add`` changed in ``retriever``'s index since it had ``fingerprint``
-    ("2 passage(s) added, 1 replaced, by `ambiqa index add` (last 2026-...)"), or None when
-    its manifest records no add from that fingerprint on (a rebuild, another index)."""
+    ("2 passage(s) added, 1 replaced by `ambiqa index add` since, the last at 2026-..."), or
+    None when its manifest records no add from that fingerprint on (a rebuild, another
+    index)."""
     manifest = getattr(retriever, "manifest", None)
     history = manifest.get(ADDITIONS) if isinstance(manifest, dict) else None
     if not isinstance(history, list):
@@ -198,10 +199,10 @@ def changes_since(retriever: Any, fingerprint: str) -> str | None:
     if not starts:
         return None
     since = [e for e in history[starts[-1]:] if isinstance(e, dict)]
-    added = sum(int(e.get("added") or 0) for e in since)
-    replaced = sum(int(e.get("replaced") or 0) for e in since)
+    added = sum(e["added"] for e in since if isinstance(e.get("added"), int))
+    replaced = sum(e["replaced"] for e in since if isinstance(e.get("replaced"), int))
     return (f"{added} passage(s) added" + (f", {replaced} replaced" if replaced else "")
-            + f" by `ambiqa index add` (last {since[-1].get('at')})")
+            + f" by `ambiqa index add` since, the last at {since[-1].get('at')}")
 
 
 def _commit(index_dir: Path, write: Any) -> None:

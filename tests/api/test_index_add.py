@@ -29,7 +29,7 @@ from ambiqa.data.corpus import iter_corpora
 from ambiqa.errors import ArtifactError, DataError, RetrievalIndexError
 from ambiqa.optimizers.artifact import save_artifact
 from ambiqa.programs.vanilla_rag import VanillaRAG
-from ambiqa.retrieval.adding import ADDITIONS, add_passages
+from ambiqa.retrieval.adding import ADDITIONS, add_passages, changes_since
 from ambiqa.retrieval.dense import MANIFEST, DenseRetriever
 from ambiqa.retrieval.factory import describe
 from ambiqa.retrieval.integrity import clear_verified, verify_files
@@ -132,10 +132,22 @@ def test_the_manifest_hashes_cover_the_new_files(kind, root):
 def test_two_adds_are_both_recorded(kind, root):
     _build(kind, root)
     index = ambiqa.open_index("notes", root=root)
-    index.add([ZEBRA]).add(["Okapis are forest giraffids of the Congo."])
+    built = index.fingerprint
+    index.add([ZEBRA])
+    middle = index.fingerprint
+    index.add(["Okapis are forest giraffids of the Congo."])
     assert index.n_passages == 5
     assert index.search("okapi forest giraffids", 1)[0].text.startswith("Okapis")
-    assert [e["count"] for e in _manifest(root)[ADDITIONS]] == [4, 5]
+    history = _manifest(root)[ADDITIONS]
+    assert [e["count"] for e in history] == [4, 5]
+    assert [e["fingerprint_before"] for e in history] == [built, middle]
+    # what an artifact's refusal says, from either fingerprint on
+    reopened = ambiqa.open_index("notes", root=root).retriever
+    last = history[-1]["at"]
+    assert changes_since(reopened, built) == \
+        f"2 passage(s) added by `ambiqa index add` since, the last at {last}"
+    assert changes_since(reopened, middle).startswith("1 passage(s) added")
+    assert changes_since(reopened, "bm25:another") is None
 
 
 # --- ids: duplicates refused, or replaced on request -----------------------------------------
