@@ -123,11 +123,16 @@ class IndexResult:
         passages, source = _passages_to_add(corpus, split_words, text_column, base)
         done = add_passages(self.name, passages, root=self.root, replace=replace,
                             encoder=encoder, source=source)
-        if not getattr(done.retriever, "index_name", None):
-            done.retriever.index_name = self.name
-        self.retriever = done.retriever
+        retriever = done.retriever
+        if not getattr(retriever, "index_name", None):
+            retriever.index_name = self.name
+        from ambiqa.retrieval.cache import CachedRetriever
+
+        if isinstance(self.retriever, CachedRetriever):  # opened with a retrieval cache: kept
+            retriever = CachedRetriever(retriever, self.retriever.cache)
+        self.retriever = retriever
         self.fingerprint = str(done.fingerprint_after)
-        self.n_passages = _count(done.retriever)
+        self.n_passages = _count(retriever)
         self.seconds = time.perf_counter() - t0
         self.added = {"added": done.added, "replaced": done.replaced,
                       "fingerprint_before": done.fingerprint_before}

@@ -410,3 +410,24 @@ def test_an_add_waits_for_another_add_to_the_same_index(root):
     assert errors == []
     index = ambiqa.open_index("notes", root=root)
     assert index.n_passages == 5 and index.get("zebra") and index.get("okapi")
+
+
+def test_a_retrieval_cache_never_answers_for_the_index_before_the_add(root, tmp_path,
+                                                                      monkeypatch):
+    """The on-disk retrieval cache is keyed by the fingerprint, which the add changes."""
+    from ambiqa.retrieval.cache import CachedRetriever
+    from ambiqa.retrieval.factory import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "rcache"))
+    _build("bm25", root)
+    index = ambiqa.open_index("notes", root=root)
+    assert isinstance(index.retriever, CachedRetriever)
+    assert [p.id for p in index.search("striped zebras in Kenya", 1)] == []  # cached
+    built = index.fingerprint
+    index.add([ZEBRA])
+    assert isinstance(index.retriever, CachedRetriever)  # still cached, under the new key
+    assert index.search("striped zebras in Kenya", 1)[0].id == "zebra"
+    reopened = ambiqa.open_index("notes", root=root)
+    assert isinstance(reopened.retriever, CachedRetriever)
+    assert reopened.search("striped zebras in Kenya", 1)[0].id == "zebra"
+    assert changes_since(reopened.retriever, built).startswith("1 passage(s) added")
