@@ -175,12 +175,15 @@ def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSetting
         if isinstance(corpus, dict):
             raise ConfigError("a corpus is a path or a list of passages, not one dict")
         passages = passages_from(corpus)
-    if cfg.shards > 1:
-        retriever = _sharded(cfg, root, Path(corpus) if is_path else None)
-    elif cfg.kind == "colbert":
-        retriever = _colbert(cfg, root, passages)
-    else:
-        retriever = _simple(cfg, root, list(passages))
+    from ambiqa.retrieval.adding import index_lock
+
+    with index_lock(root, cfg.name):  # an add to the same index waits (and vice versa)
+        if cfg.shards > 1:
+            retriever = _sharded(cfg, root, Path(corpus) if is_path else None)
+        elif cfg.kind == "colbert":
+            retriever = _colbert(cfg, root, passages)
+        else:
+            retriever = _simple(cfg, root, list(passages))
     if not getattr(retriever, "index_name", None):
         retriever.index_name = cfg.name
     n = _count(retriever)

@@ -5,8 +5,8 @@ An add never edits an index in place. It opens the index (its file hashes checke
 open does), writes the whole new index into ``NAME.tmp-<pid>-<random>`` beside it and renames
 that over ``NAME`` (:func:`ambiqa.fsutil.swap_dir_into_place`: the commit point a build uses).
 A killed or failed add leaves the old index as it was, plus at most a ``.tmp-`` directory that
-the next add or build removes once its process is gone. Two adds to one index take turns (a
-lock file ``.NAME.add.lock`` in the index root).
+the next add or build removes once its process is gone. Two adds to one index, or an add and
+a build through ``ambiqa.index`` / ``ambiqa index``, take turns (:func:`index_lock`).
 
 The new index's manifest is a complete one: new count, new fingerprint (the fingerprint covers
 the passages, so an artifact compiled against the index before the add is told the index
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import secrets
 import shutil
@@ -55,6 +56,7 @@ import numpy as np
 from ambiqa.errors import DataError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write_json, swap_dir_into_place
 from ambiqa.jsonio import read_json
+from ambiqa.paths import cache_root
 from ambiqa.retrieval import encoder as encoders
 from ambiqa.retrieval.ann import HNSWIndex, wants_ann
 from ambiqa.retrieval.base import PassageCheck
@@ -100,7 +102,7 @@ def add_passages(name: str, passages: Iterable[Passage], *, root: str | os.PathL
     kind = addable(name, root)
     index_dir = root / name
     new = _checked(passages)
-    with _locked(root, name):
+    with index_lock(root, name):
         remove_stale_builds(root, name)
         if kind == "bm25":
             return _add_bm25(index_dir, new, replace, source)
@@ -133,9 +135,17 @@ def _checked(passages: Iterable[Passage]) -> list[Passage]:
 
 
 @contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    """One add at a time per index (a second one waits, then adds to the first one's result)."""
-    with open(root / f".{name}.add.lock", "a") as fh:
+def index_lock(root: str | os.PathLike[str], name: str) -> Iterator[None]:
+    """Hold the lock of index ``name`` under ``root``: adds, and builds through
+    ``ambiqa.index`` / ``ambiqa index``, take turns, so none is lost under another's rename.
+
+    The lock file lives in ``$AMBIQA_CACHE/index-locks/`` (named by a hash of the index's
+    path), not in the index root, which holds indexes only."""
+    where = f"{Path(root).expanduser().resolve()}\0{name}"
+    locks = cache_root() / "index-locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    path = locks / f"{hashlib.sha256(where.encode()).hexdigest()[:24]}.lock"
+    with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

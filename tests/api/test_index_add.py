@@ -29,7 +29,7 @@ from ambiqa.data.corpus import iter_corpora
 from ambiqa.errors import ArtifactError, DataError, RetrievalIndexError
 from ambiqa.optimizers.artifact import save_artifact
 from ambiqa.programs.vanilla_rag import VanillaRAG
-from ambiqa.retrieval.adding import ADDITIONS, add_passages, changes_since
+from ambiqa.retrieval.adding import ADDITIONS, add_passages, changes_since, index_lock
 from ambiqa.retrieval.dense import MANIFEST, DenseRetriever
 from ambiqa.retrieval.factory import describe
 from ambiqa.retrieval.integrity import clear_verified, verify_files
@@ -431,3 +431,23 @@ def test_a_retrieval_cache_never_answers_for_the_index_before_the_add(root, tmp_
     assert isinstance(reopened.retriever, CachedRetriever)
     assert reopened.search("striped zebras in Kenya", 1)[0].id == "zebra"
     assert changes_since(reopened.retriever, built).startswith("1 passage(s) added")
+
+
+def test_a_rebuild_waits_for_an_add_under_way(root):
+    """``ambiqa.index`` takes the add's lock: a rebuild never renames over an add's result
+    mid-way (nor an add over a rebuild's)."""
+    _build("bm25", root)
+    done = threading.Event()
+
+    def rebuild():
+        ambiqa.index([ZEBRA], name="notes", kind="bm25", index_root=root)
+        done.set()
+
+    with index_lock(root, "notes"):  # what an add holds while it writes and renames
+        thread = threading.Thread(target=rebuild)
+        thread.start()
+        assert not done.wait(1.0)
+        assert ambiqa.open_index("notes", root=root).n_passages == 3
+    thread.join(timeout=60)
+    assert done.is_set() and ambiqa.open_index("notes", root=root).n_passages == 1
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no lock file here
