@@ -5,8 +5,9 @@ An add never edits an index in place. It opens the index (its file hashes checke
 open does), writes the whole new index into ``NAME.tmp-<pid>-<random>`` beside it and renames
 that over ``NAME`` (:func:`ambiqa.fsutil.swap_dir_into_place`: the commit point a build uses).
 A killed or failed add leaves the old index as it was, plus at most a ``.tmp-`` directory that
-the next add or build removes once its process is gone. Two adds to one index, or an add and
-a build through ``ambiqa.index`` / ``ambiqa index``, take turns (:func:`index_lock`).
+the next add (or ColBERT build) of that index removes once its process is gone. Two adds to
+one index, or an add and a build through ``ambiqa.index`` / ``ambiqa index``, take turns
+(:func:`index_lock`).
 
 The new index's manifest is a complete one: new count, new fingerprint (the fingerprint covers
 the passages, so an artifact compiled against the index before the add is told the index
@@ -72,6 +73,7 @@ from ambiqa.types import Passage
 
 #: the manifest's list of what was added, one entry per add
 ADDITIONS = "additions"
+
 
 @dataclass(frozen=True)
 class Added:

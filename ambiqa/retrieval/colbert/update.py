@@ -2,7 +2,8 @@
 item 2; :mod:`ambiqa.retrieval.adding` copies the index, calls :func:`append_passages` on the
 copy, writes the manifest and swaps the copy in).
 
-What the updater needs around it, found on CPU here:
+What the updater needs around it, found on CPU here (an add was not run where colbert-ai
+searches on a GPU):
 
 * its IVF consistency assert fails on every index colbert-ai builds: ``optimize_ivf`` saves the
   centroid -> pid lists padded by the longest list's length (room for a strided view) and the
