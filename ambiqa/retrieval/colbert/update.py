@@ -120,7 +120,7 @@ def _pad_ivf(index_dir: Path) -> None:
     import torch  # colbert-ai's tensors
 
     path = index_dir / "ivf.pid.pt"
-    ivf, lengths = torch.load(path, map_location="cpu")
+    ivf, lengths = torch.load(path, map_location="cpu", weights_only=True)
     max_stride = int(lengths.max().item())
     offsets = torch.cat((torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, dim=0)))
     if offsets[-2] + max_stride > ivf.size(0):
