@@ -107,8 +107,17 @@ class ErrorBody(BaseModel):
 
 
 def is_loopback(host: str) -> bool:
-    """Whether binding ``host`` keeps the service on this machine."""
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    """Whether binding ``host`` keeps the service on this machine: one of the loopback names,
+    or an IP address in a loopback range (parsed, so a host *name* such as
+    ``127.evil.invalid`` is not taken for an address)."""
+    import ipaddress
+
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def check_bind(host: str, token: str | None) -> None:

@@ -241,6 +241,12 @@ def test_binding_beyond_loopback_needs_a_token():
         check_bind("0.0.0.0", None)
     with pytest.raises(ConfigError, match="token"):
         check_bind("192.168.1.10", None)
+    check_bind("127.0.0.2", None)  # the whole 127/8 range is loopback
+    check_bind("[::1]", None)
+    # a host *name* that starts like a loopback address is not one (issue 42)
+    for name in ("127.evil.invalid", "127.0.0.1.nip.io", "localhost.evil"):
+        with pytest.raises(ConfigError, match="token"):
+            check_bind(name, None)
 
 
 def test_readyz_waits_for_loading_and_reports_failure(make_served):
