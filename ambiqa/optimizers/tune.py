@@ -61,6 +61,7 @@ import logging
 import math
 import random
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,15 +177,39 @@ def make_storage(url: str) -> Any:
     import warnings
 
     url = _postgres_driver(url)
-    try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
-    except Exception as exc:  # bad driver, unreachable server, unwritable file
-        raise ConfigError(f"cannot open Optuna storage {redact_url(url)}: "
-                          f"{type(exc).__name__}: {str(exc)[:200]}",
-                          hint="check the URL, the driver (psycopg2 for PostgreSQL) and "
-                               "that the directory exists") from exc
+    for attempt in range(STORAGE_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+        except Exception as exc:  # bad driver, unreachable server, unwritable file
+            if _schema_race(exc) and attempt + 1 < STORAGE_ATTEMPTS:
+                # two workers creating a new database's tables at once: the loser sees
+                # "table ... already exists"; the tables are there now, so open it again
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise _storage_error(url, exc) from exc
+    raise AssertionError("unreachable")
+
+
+#: tries to open a new study database while other workers create its tables
+STORAGE_ATTEMPTS = 5
+
+
+def _schema_race(exc: Exception) -> bool:
+    """The errors a worker sees when another one is creating the same new database's schema
+    (tables, or Optuna's alembic version row) at the same moment."""
+    text = str(exc).lower()
+    return any(s in text for s in ("already exists", "database is locked",
+                                   "unique constraint failed: alembic_version",
+                                   "duplicate key value violates unique constraint"))
+
+
+def _storage_error(url: str, exc: Exception) -> ConfigError:
+    return ConfigError(f"cannot open Optuna storage {redact_url(url)}: "
+                       f"{type(exc).__name__}: {str(exc)[:200]}",
+                       hint="check the URL, the driver (psycopg2 for PostgreSQL) and that "
+                            "the directory exists")
 
 
 def _postgres_driver(url: str) -> str:

@@ -227,3 +227,46 @@ def test_zero_shot_is_the_first_trial_and_ships_unless_beaten(tmp_path, use_lm, 
     assert study.best_value == first.value  # nothing beat it (ties keep the first)
     writer_demos = read_artifact(out)["state"]["long_answer.write"]["demos"]
     assert res.best_trial == first.number or writer_demos == []
+
+
+def test_workers_opening_a_new_study_database_together_retry_the_schema_race(
+        tmp_path, monkeypatch):
+    """Two workers on a new SQLite file: the one that loses the race to create the tables
+    sees "table studies already exists"; it opens the database again instead of dying with
+    a hint that blames the URL (issue 42)."""
+    from ambiqa.optimizers import tune as tune_mod
+
+    real = optuna.storages.RDBStorage
+    calls = {"n": 0}
+
+    def racing(url, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("(sqlite3.OperationalError) table studies already exists")
+        return real(url, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    storage = tune_mod.make_storage(f"sqlite:///{tmp_path}/race.db")
+    assert calls["n"] == 2 and storage is not None
+    calls["n"] = -10  # every try fails: the last error is reported, once
+    monkeypatch.setattr(optuna.storages, "RDBStorage",
+                        lambda url, **kw: (_ for _ in ()).throw(RuntimeError("no driver")))
+    with pytest.raises(ConfigError, match="cannot open Optuna storage"):
+        tune_mod.make_storage(f"sqlite:///{tmp_path}/other.db")
+
+
+def test_two_real_workers_create_a_new_study_together(tmp_path):
+    """The race for real: two processes create the same study on a new SQLite file at the
+    same moment, four times over; both succeed every time."""
+    code = ("import sys, optuna\nfrom ambiqa.optimizers.tune import make_storage\n"
+            "optuna.logging.set_verbosity(optuna.logging.ERROR)\n"
+            "s = make_storage(sys.argv[1])\n"
+            "optuna.create_study(study_name='s', storage=s, direction='maximize', "
+            "load_if_exists=True)\nprint('ok')\n")
+    for i in range(4):
+        url = f"sqlite:///{tmp_path}/race{i}.db"
+        procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0 and out.strip() == "ok", err[-800:]
