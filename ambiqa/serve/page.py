@@ -187,12 +187,13 @@ async function ask(question) {
                                                 body: JSON.stringify({question})});
     if (r.status === 401) { askForToken(); document.body.dataset.state = "token"; return; }
     if (!r.ok) {
-      document.body.dataset.state = "failed";
       let body = {};
       try { body = await r.json(); } catch (e) { body = {detail: r.statusText}; }
       const wait = r.headers.get("Retry-After");
       status("Error " + r.status + ": " + body.detail +
              (wait ? " (try again in " + wait + " s)" : ""), true);
+      // the state last: whatever watches it (a test, a script) sees the message with it
+      document.body.dataset.state = "failed";
       return;
     }
     if ($("token").value) sessionStorage.setItem("ambiqa-token", $("token").value);
