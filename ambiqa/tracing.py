@@ -178,15 +178,17 @@ class CostTrace:
                              if r.kind in ("lm", "retrieval", "compute") and r.end > 0])
 
     def by_signature(self) -> dict[str, dict[str, int]]:
-        """Per signature: calls, prompt / computed / output tokens, truncations, parse
-        failures -- where a program's cost goes and which prompts fail their format."""
+        """Per signature: calls, prompt / computed / output tokens, the longest single reply
+        (``max_output_tokens``: what an output cap must cover, which the per-question sum
+        hides when a signature is called several times), truncations, parse failures --
+        where a program's cost goes and which prompts fail their format."""
         out: dict[str, dict[str, int]] = {}
         for r in self.records:
             if r.kind not in ("lm", "parse"):
                 continue
             row = out.setdefault(r.module or "direct", {
                 "calls": 0, "input_tokens": 0, "computed_tokens": 0, "output_tokens": 0,
-                "truncated": 0, "parse_failures": 0})
+                "max_output_tokens": 0, "truncated": 0, "parse_failures": 0})
             if r.kind == "parse":
                 row["parse_failures"] += 1
                 continue
@@ -194,6 +196,7 @@ class CostTrace:
             row["input_tokens"] += r.input_tokens
             row["computed_tokens"] += max(r.input_tokens - r.cached_tokens, 0)
             row["output_tokens"] += r.output_tokens
+            row["max_output_tokens"] = max(row["max_output_tokens"], r.output_tokens)
             row["truncated"] += r.finish_reason == "length"
         return out
 

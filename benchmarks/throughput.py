@@ -313,8 +313,8 @@ def by_signature(rows: list[dict[str, Any]]) -> str:
             continue
         for sig, row in (r.get("trace", {}).get("by_signature") or {}).items():
             a = agg.setdefault((sig, r["side"]), {k: 0 for k in row})
-            for k, v in row.items():
-                a[k] = a.get(k, 0) + v
+            for k, v in row.items():  # the longest reply is a max, every other column a sum
+                a[k] = max(a.get(k, 0), v) if k == "max_output_tokens" else a.get(k, 0) + v
     lines = ["| signature | side | calls | first-try parse | truncated | prompt tok/call | "
              "computed tok/call | output tok/call |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for (sig, side), a in sorted(agg.items()):

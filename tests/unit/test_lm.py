@@ -194,7 +194,8 @@ def test_trace_splits_prompt_tokens_into_computed_and_cached(use_lm):
     assert t.cached_share == pytest.approx(1593 / 3210)
     row = t.summary()["by_signature"]["ClosedBookLongAnswer"]
     assert row == {"calls": 2, "input_tokens": 3210, "computed_tokens": 1617,
-                   "output_tokens": 18, "truncated": 0, "parse_failures": 0}
+                   "output_tokens": 18, "max_output_tokens": 9, "truncated": 0,
+                   "parse_failures": 0}
     assert t.summary()["computed_tokens"] == 1617
 
 
