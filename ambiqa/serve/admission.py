@@ -11,6 +11,14 @@ longer than its deadline is answered 504.
 A slot is held until the program call really finishes, also when the client was already told
 504: Python cannot stop a running thread, and releasing its slot early would let more calls
 reach the LM than it has slots for.
+
+Admission is exact, from the first request: a request is let in only while the requests
+already in (``running`` + ``waiting``) are fewer than ``slots + queue``, and that place is
+taken synchronously, before the handler's next ``await``. (Issue 42: the check used to read
+``running``, which counts a request only once its coroutine resumes after the semaphore
+granted it a slot; in a burst -- 50 requests reaching the handler in the same few event-loop
+turns, as on a cold server whose first call held the GIL -- every request saw ``running`` below
+``slots`` and was admitted: 39 of 50 with 2 slots and a queue of 4.)
 """
 
 from __future__ import annotations
@@ -92,14 +100,35 @@ class Admission:
         if not acquire.cancelled() and acquire.exception() is None:
             self.sem.release()
 
-    async def run(self, make_call: Callable[[], Awaitable[T]]) -> T:
-        """Run ``make_call()`` in a slot, within the deadline; raise :class:`QueueFull` or
-        :class:`DeadlineExceeded`. Exceptions of the call itself propagate unchanged."""
-        start = time.perf_counter()
-        if self.running >= self.slots and self.waiting >= self.queue:
+    @property
+    def admitted(self) -> int:
+        """Requests in: running (abandoned calls included) or waiting for a slot."""
+        return self.running + self.waiting
+
+    def reserve(self) -> Place:
+        """Take a place for one request now, or raise :class:`QueueFull`.
+
+        Synchronous on purpose: between this check and the request being counted there is no
+        ``await``, so no other request can pass the same check in between. ``run(place=...)``
+        uses the place; a place that is never run must be given back with
+        :meth:`Place.release`.
+        """
+        if self.admitted >= self.slots + self.queue:
             self.refused += 1
             raise QueueFull(self.retry_after())
         self.waiting += 1
+        return Place(self)
+
+    async def run(self, make_call: Callable[[], Awaitable[T]], *,
+                  place: Place | None = None) -> T:
+        """Run ``make_call()`` in a slot, within the deadline; raise :class:`QueueFull` or
+        :class:`DeadlineExceeded`. Exceptions of the call itself propagate unchanged.
+
+        ``place``: one taken with :meth:`reserve` (a caller that must refuse before it
+        answers, as the stream does); without it a place is taken here, before any await."""
+        start = time.perf_counter()
+        place = place if place is not None else self.reserve()
+        place.taken = True  # from here on this coroutine gives the place back (finally below)
         # not asyncio.wait_for: on 3.11 a timeout racing a successful acquire can lose a permit
         acquire = asyncio.ensure_future(self.sem.acquire())
         try:
@@ -143,3 +172,22 @@ class Admission:
             return 0
         _, left = await asyncio.wait(set(self._pending), timeout=timeout_s)
         return len(left)
+
+
+class Place:
+    """A request's place in :class:`Admission` (counted in ``waiting`` until it runs)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        #: set once :meth:`Admission.run` owns the place (it gives it back itself)
+        self.taken = False
+        self._released = False
+
+    def release(self) -> None:
+        """Give back a place that :meth:`Admission.run` never took (its task was cancelled
+        before it started, or the caller gave up); a no-op otherwise, so it is safe to call
+        from a done callback whatever happened."""
+        if self.taken or self._released:
+            return
+        self._released = True
+        self.admission.waiting -= 1

@@ -24,7 +24,13 @@ Why it is shaped this way:
   per-request ``dspy.context`` that carries the LM and ambiqa's tracing, so the server never
   changes DSPy's global settings and one process can hold several apps (tests do).
 * Admission (:mod:`ambiqa.serve.admission`) bounds concurrent calls to the LM's slots and the
-  queue behind them; a full queue is a 503 with ``Retry-After``, a missed deadline a 504.
+  queue behind them; a full queue is a 503 with ``Retry-After``, a missed deadline a 504. It is
+  exact from the first request: at most ``slots + queue`` requests are in at any moment, also
+  in a burst that reaches a server the moment it turns ready (issue 42).
+* Before ready, requests are refused, not queued: ``/v1/*`` answers 503 with ``Retry-After``
+  and a detail saying what start-up is doing, the same text ``/readyz`` gives. A
+  queue that filled during a load of minutes would only hand its requests 504s; a client (or
+  a load balancer polling ``/readyz``) that retries after ``Retry-After`` gets a real answer.
 * Worker threads: the event loop's default executor is replaced by one sized to the slots
   (plus room for abandoned calls), because ``asyncio.to_thread``'s stock pool has
   ``min(32, cores + 4)`` threads -- six on a 2-core machine, fewer than the slots a fast
@@ -452,13 +458,14 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
             question = check_question(body.question)
         except ConfigError as exc:
             return _err(422, exc.message)
-        if admission.running >= admission.slots and admission.waiting >= admission.queue:
-            admission.refused += 1
-            retry = admission.retry_after()
-            return _err(503, str(QueueFull(retry)), {"Retry-After": str(retry)})
+        try:  # refused here, as a plain 503, before the stream's 200 is sent
+            place = admission.reserve()
+        except QueueFull as exc:
+            return _err(*_failure(exc))
         events: asyncio.Queue = asyncio.Queue()
         task = asyncio.ensure_future(
-            admission.run(lambda: _stream_program(served, question, events)))
+            admission.run(lambda: _stream_program(served, question, events), place=place))
+        task.add_done_callback(lambda _: place.release())  # if it never started
 
         async def sse() -> AsyncIterator[bytes]:
             first: float | None = None
