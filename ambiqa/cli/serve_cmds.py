@@ -2,9 +2,10 @@
 
 The server binds 127.0.0.1 unless told otherwise, and refuses to bind anything else without a
 bearer token (read from an environment variable, like API keys, so it never appears in the
-process list). It starts listening at once and loads the LM and the index in the background;
-``/readyz`` turns 200 when they are loaded. SIGTERM or Ctrl-C stops accepting connections,
-lets requests in flight finish (up to the request timeout), then exits.
+process list). It starts listening at once and loads the LM and the index in the background,
+then warms the program up (the sentence encoder, a ColBERT searcher: each step logged with its
+duration); ``/readyz`` turns 200 when that is done. SIGTERM or Ctrl-C stops accepting
+connections, lets requests in flight finish (up to the request timeout), then exits.
 """
 
 from __future__ import annotations
@@ -28,6 +29,21 @@ def _token(args: argparse.Namespace) -> str | None:
 
     register_secret(value.strip())  # never echoed in a log or an error body
     return value.strip()
+
+
+def _show_serve_log(level: str) -> None:
+    """Print the app's own log lines (start-up, warm-up steps with their durations, "ready")
+    on stderr at uvicorn's level: uvicorn configures only its own loggers, so without this
+    the warm-up and "ready" lines (INFO) were never seen (issue 42)."""
+    import logging
+
+    logger = logging.getLogger("ambiqa.serve")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "_ambiqa_serve", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._ambiqa_serve = True  # type: ignore[attr-defined]  # added once per process
+        logger.addHandler(handler)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -74,9 +90,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             lifespan="on", timeout_graceful_shutdown=int(args.timeout) + 5,
                             server_header=False, access_log=args.access_log)
     server = uvicorn.Server(config)
+    _show_serve_log(args.log_level)
     where = f"http://{args.host}:{args.port}/" if args.port else "a free port (uvicorn's log)"
     print(f"ambiqa serve: {args.artifact} on {where} "
-          f"(loading the LM and index; /readyz says when ready)", flush=True)
+          f"(loading the LM and index, then warming up; /readyz says when ready)", flush=True)
     server.run()
     if failure:
         exc = failure[0]

@@ -42,6 +42,7 @@ from ambiqa.programs.streaming import (
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.encoder import SharedEncoder as SharedEncoder  # re-export for programs
 from ambiqa.retrieval.factory import as_retriever
+from ambiqa.retrieval.warmup import Say, WarmStep, warm_up
 from ambiqa.signatures.common import budget_words
 from ambiqa.tracing import (
     ensure_tracing,
@@ -166,6 +167,18 @@ class AmbiqaProgram(dspy.Module):
 
     def run(self, question: str) -> dict[str, Any]:
         raise NotImplementedError
+
+    def warm_up(self, say: Say | None = None) -> list[WarmStep]:
+        """Load now what the first question would load (the shared sentence encoder, a
+        ColBERT searcher and its compiled extensions), each step announced through ``say``
+        with its duration (:func:`ambiqa.retrieval.warmup.warm_up`); returns the steps.
+
+        Why: building a program stays cheap because those parts load lazily, but then the
+        first question pays 8-90 s in silence. ``serve`` calls this before ``/readyz`` says
+        ready and ``ask`` before it asks; a program with parts of its own to load overrides
+        it (and calls ``super().warm_up(say)``).
+        """
+        return warm_up([self], say)
 
     def answer_writers(self) -> list[tuple[str, Any, str]]:
         """``[(name, predictor, field)]``: the predictors that write this program's answer

@@ -95,6 +95,13 @@ def unit_rows(vectors: object) -> np.ndarray:
     return arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
 
 
+def shared_encoder_loaded(path: str | Path | None = None) -> bool:
+    """Whether :func:`get_encoder` already holds the encoder for ``path`` (then it costs
+    nothing; otherwise the first call loads sentence-transformers and the weights)."""
+    with _LOCK:
+        return str(path or "minilm") in _CACHE
+
+
 def get_encoder(path: str | Path | None = None) -> SentenceEncoder:
     """The shared encoder for ``path`` (default: packaged MiniLM)."""
     key = str(path or "minilm")
@@ -126,3 +133,8 @@ class SharedEncoder:
 
     def __set__(self, obj: Any, value: Any) -> None:
         obj.__dict__[self.slot] = value
+
+    def pending(self, obj: Any) -> bool:
+        """Whether ``obj`` would take the shared encoder on first use (none was given and it
+        is not bound yet): what :mod:`ambiqa.retrieval.warmup` loads before a first question."""
+        return obj.__dict__.get(self.slot) is None

@@ -126,6 +126,20 @@ class ColBERTReranker(SharedResource):
         self._model = model
         return model
 
+    def warm(self) -> ColBERTReranker:
+        """Load the model now instead of on the first re-ranking (serve's start-up)."""
+        with self._lock:
+            self._ensure_model()
+        return self
+
+    @property
+    def is_warm(self) -> bool:
+        """Whether the model is loaded; one built from a retriever shares that retriever's
+        searcher, which the warm-up loads through the retriever (``_retriever``)."""
+        return self._model is not None or self._retriever is not None
+
+    warm_up_label = "the ColBERT re-ranking model"
+
     def scores(self, query: str, candidates: Sequence[Passage]) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=np.float32)

@@ -13,8 +13,8 @@ Routes:
   "detail"}``: the status ``/v1/answer`` would have answered). A request refused before it
   runs (401, 422, 503 busy or not ready) gets that status and a JSON body instead;
 * ``GET /v1/program`` -> program, optimizer, demos per predictor, index, manifest;
-* ``GET /healthz`` (the process answers) and ``GET /readyz`` (the LM and index are loaded and
-  the server is not shutting down);
+* ``GET /healthz`` (the process answers) and ``GET /readyz`` (the LM and index are loaded, the
+  program warmed up, and the server is not shutting down);
 * ``GET /`` the page for people (:mod:`ambiqa.serve.page`); ``/openapi.json`` and ``/docs``.
 
 Why it is shaped this way:
@@ -28,9 +28,14 @@ Why it is shaped this way:
   exact from the first request: at most ``slots + queue`` requests are in at any moment, also
   in a burst that reaches a server the moment it turns ready (issue 42).
 * Before ready, requests are refused, not queued: ``/v1/*`` answers 503 with ``Retry-After``
-  and a detail saying what start-up is doing, the same text ``/readyz`` gives. A
+  and a detail saying what start-up is doing (loading the LM and index, or warming up: the
+  sentence encoder, the ColBERT model and extensions), the same text ``/readyz`` gives. A
   queue that filled during a load of minutes would only hand its requests 504s; a client (or
   a load balancer polling ``/readyz``) that retries after ``Retry-After`` gets a real answer.
+* Start-up warms the program up before ``/readyz`` says ready
+  (:meth:`ServedProgram.warm_up`): what the first question would otherwise load (the shared
+  sentence encoder, a ColBERT searcher and its compiled extensions) loads then, each step
+  logged with what it is doing and how long it took, so the first answer is not 10-90 s late.
 * Worker threads: the event loop's default executor is replaced by one sized to the slots
   (plus room for abandoned calls), because ``asyncio.to_thread``'s stock pool has
   ``min(32, cores + 4)`` threads -- six on a 2-core machine, fewer than the slots a fast
@@ -342,12 +347,25 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
     if not timeout_s > 0:
         raise ConfigError(f"--timeout must be > 0 seconds, got {timeout_s}")
     state: dict[str, Any] = {"served": None, "admission": None, "error": None,
-                             "stopping": False, "executor": None}
+                             "stopping": False, "executor": None,
+                             "phase": "loading the LM and the index", "since": time.monotonic()}
+
+    def say(message: str) -> None:
+        """A warm-up step: logged, and shown by /readyz until the next one."""
+        log.log(logging.WARNING if " failed after " in message else logging.INFO,
+                "ambiqa serve: %s", message)
+        state["phase"] = message if message.endswith("...") else "warming up"
+        state["since"] = time.monotonic()
 
     async def _load() -> None:
         try:
             served = load if isinstance(load, ServedProgram) else await asyncio.to_thread(load)
             check_runnable(served.program)
+            # before ready: what the first question would load, loads now (issue 42)
+            state["phase"], state["since"] = "warming up", time.monotonic()
+            warm_start = time.perf_counter()
+            await asyncio.to_thread(served.warm_up, say)
+            warm_s = time.perf_counter() - warm_start
             n = slots or served.lm_slots
             # slot threads + as many again for calls abandoned after a 504 + nested fan-out
             executor = ThreadPoolExecutor(max_workers=2 * n + 4,
@@ -356,8 +374,8 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
             state["executor"] = executor
             state["admission"] = Admission(slots=n, queue=queue, timeout_s=timeout_s)
             state["served"] = served
-            log.info("ambiqa serve: ready (%s, %d slots, queue %d, timeout %g s)",
-                     served.describe()["program"], n, queue, timeout_s)
+            log.info("ambiqa serve: ready (%s, %d slots, queue %d, timeout %g s; warm-up "
+                     "%.1f s)", served.describe()["program"], n, queue, timeout_s, warm_s)
         except asyncio.CancelledError:  # shut down while loading: not a load failure
             raise
         except Exception as exc:  # noqa: BLE001  (reported by /readyz and the CLI)
@@ -403,7 +421,9 @@ def create_app(load: ServedProgram | Callable[[], ServedProgram], *, queue: int 
         if state["error"] is not None:
             raise _HTTPError(503, f"loading failed: {state['error']}")
         if state["served"] is None:
-            raise _HTTPError(503, "still loading the LM and the index", {"Retry-After": "5"})
+            waited = time.monotonic() - state["since"]
+            raise _HTTPError(503, f"still starting up: {state['phase']} ({waited:.0f} s so far)",
+                             {"Retry-After": "5"})
         return state["served"], state["admission"]
 
     @app.exception_handler(_HTTPError)

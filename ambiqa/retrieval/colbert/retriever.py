@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, RetrievalIndexError
+from ambiqa.paths import cache_root
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
 from ambiqa.retrieval.colbert.build import build
@@ -192,6 +193,22 @@ class ColBERTRetriever(SharedResource):
         with self._lock:
             self._ensure_searcher()
         return self
+
+    @property
+    def is_warm(self) -> bool:
+        """Whether the searcher is loaded already (by :meth:`warm` or a first search)."""
+        return self._searcher is not None
+
+    @property
+    def warm_up_label(self) -> str:
+        """What :meth:`warm` loads, for the warm-up's message (:mod:`ambiqa.retrieval.warmup`):
+        the first load on a machine also compiles colbert-ai's C++ extensions (86 s seen),
+        which a user should be told before the wait, not after."""
+        ext = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cache_root() / "torch_extensions")
+        built = ext.is_dir() and any(ext.rglob("*.so"))
+        extra = "" if built else (" (first use on this machine: compiling colbert-ai's C++ "
+                                  "extensions, ~30 s each, once)")
+        return f"the ColBERT model and index {self.index_name!r}{extra}"
 
     # ---- internals -----------------------------------------------------------------------
     def _ensure_searcher(self) -> Any:
