@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +28,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     check_question(args.question)
     program = program_or_artifact(args, args.artifact or args.program)
     lm_from_args(args)
+    # what the question would load in silence (encoder, ColBERT searcher): said, with its
+    # duration, on stderr (issue 42)
+    warm_up = getattr(program, "warm_up", None)
+    if callable(warm_up):
+        warm_up(say=lambda line: print(f"ambiqa: {line}", file=sys.stderr, flush=True))
     try:
         pred = program(question=args.question)
     except Exception as exc:
