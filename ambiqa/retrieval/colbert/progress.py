@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from ambiqa.paths import cache_root
 from ambiqa.retrieval.colbert.patches import (
     build_progress_hooks,
     kmeans_sample_size,
@@ -32,17 +33,31 @@ from ambiqa.retrieval.colbert.patches import (
 ENCODE_SECONDS_PER_PASSAGE = 0.015
 TOKENS_PER_PASSAGE = 90
 FLOPS_PER_SECOND = 1.3e11
+#: A build's fixed cost whatever its size -- starting colbert-ai and torch, loading the
+#: checkpoint, planning, writing and checking the index. Without it a small build was
+#: estimated at "~0 s" and took 39 s (issue 42). Not counted: compiling colbert-ai's C++
+#: extensions on a machine's first build (minutes, once; the message says so separately).
+STARTUP_SECONDS = 35.0
+
+
+def extensions_built() -> bool:
+    """Whether colbert-ai's C++ extensions look compiled already (a ``.so`` under
+    ``TORCH_EXTENSIONS_DIR``, which :func:`~.patches.import_colbert` points at ambiqa's
+    cache): if not, the first build or search on this machine compiles them (~30 s each)."""
+    ext = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cache_root() / "torch_extensions")
+    return ext.is_dir() and any(ext.rglob("*.so"))
 
 
 def estimate_build_seconds(n_passages: int, dim: int = 384,
                            kmeans_share: float | None = None) -> float:
-    """A rough CPU build time for ``n_passages`` (for the user, not for decisions)."""
+    """A rough CPU build time for ``n_passages`` (for the user, not for decisions): the fixed
+    start-up (:data:`STARTUP_SECONDS`), so it is never "~0 s", plus encoding and clustering."""
     sample = kmeans_sample_size(n_passages, kmeans_share)
     n_emb = n_passages * TOKENS_PER_PASSAGE
     partitions = partitions_for(n_emb, sample * TOKENS_PER_PASSAGE, kmeans_share)
     assignments = 4 * sample * TOKENS_PER_PASSAGE + n_emb  # k-means passes + compression
     clustering = assignments * partitions * dim * 2 / FLOPS_PER_SECOND
-    return (sample + n_passages) * ENCODE_SECONDS_PER_PASSAGE + clustering
+    return STARTUP_SECONDS + (sample + n_passages) * ENCODE_SECONDS_PER_PASSAGE + clustering
 
 
 @contextlib.contextmanager
@@ -132,7 +147,10 @@ class BuildProgress:
             est = estimate_build_seconds(self.n, self.dim, self.kmeans_share)
             console.print(f"[bold]ColBERT indexing[/] {self.n:,} passages on CPU "
                           f"({self.nranks} process{'es' if self.nranks > 1 else ''}); "
-                          f"rough estimate ~{fmt_seconds(est)} on 2 free cores")
+                          f"rough estimate ~{fmt_seconds(est)} on 2 free cores"
+                          + ("" if extensions_built() else
+                             ", plus a few minutes once to compile colbert-ai's C++ "
+                             "extensions (the first time on this machine)"))
             columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
             if self.nranks == 1:
                 columns += [BarColumn(), MofNCompleteColumn(), TextColumn("encoded"),

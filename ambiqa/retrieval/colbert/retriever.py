@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambiqa.errors import AmbiqaError, RetrievalIndexError
-from ambiqa.paths import cache_root
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
 from ambiqa.retrieval.colbert.build import build
@@ -39,6 +38,7 @@ from ambiqa.retrieval.colbert.patches import (
     install_query_fit,
     query_token_count,
 )
+from ambiqa.retrieval.colbert.progress import extensions_built
 from ambiqa.types import Passage, SharedResource
 
 log = logging.getLogger(__name__)
@@ -204,10 +204,9 @@ class ColBERTRetriever(SharedResource):
         """What :meth:`warm` loads, for the warm-up's message (:mod:`ambiqa.retrieval.warmup`):
         the first load on a machine also compiles colbert-ai's C++ extensions (86 s seen),
         which a user should be told before the wait, not after."""
-        ext = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cache_root() / "torch_extensions")
-        built = ext.is_dir() and any(ext.rglob("*.so"))
-        extra = "" if built else (" (first use on this machine: compiling colbert-ai's C++ "
-                                  "extensions, ~30 s each, once)")
+        extra = "" if extensions_built() else (
+            " (first use on this machine: compiling colbert-ai's C++ extensions, ~30 s each, "
+            "once)")
         return f"the ColBERT model and index {self.index_name!r}{extra}"
 
     # ---- internals -----------------------------------------------------------------------
