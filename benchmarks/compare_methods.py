@@ -511,7 +511,7 @@ def _fmt(x: Any, digits: int = 3) -> str:
 def collect(root: Path, exclude: frozenset[str] = frozenset()) -> dict[str, list[Any]]:
     """Every run directory under ``root/{dataset}/``, loaded read-only, but those named
     ``dataset/run`` in ``exclude`` (runs still under way, left out of the tables)."""
-    from ambiqa.evaluation.report import load_run
+    from ambiqa.evaluation.reports.report import load_run
 
     found: dict[str, list[Any]] = {}
     if not root.is_dir():
@@ -577,7 +577,7 @@ def dataset_table(key: str, runs: list[Any]) -> tuple[list[str], list[dict[str, 
     interval; DR from the set means (ASQA). Then, when the plan names a baseline, the paired
     differences against it on the questions both runs hold.
     """
-    from ambiqa.evaluation.runner import summarize
+    from ambiqa.evaluation.runs.runner import summarize
     from ambiqa.evaluation.stats import fmt_interval
 
     plan = PLAN.get(key)
@@ -652,7 +652,7 @@ def _delta_cell(p: dict[str, Any]) -> str:
 def paired_lines(plan: Dataset | None, runs: list[Any], metrics: list[str]) -> list[str]:
     """Paired differences on the questions both runs hold, failed = 0: every program against
     the plan's baseline, then the further pairs the plan names (e.g. diva − vanilla_rag)."""
-    from ambiqa.evaluation.compare import check_same_reader
+    from ambiqa.evaluation.reports.compare import check_same_reader
     from ambiqa.evaluation.stats import paired_comparison
 
     if not plan:
@@ -684,7 +684,7 @@ def consistency_lines(plan: Dataset | None, runs: list[Any]) -> list[str]:
     """EoR's retriever-consistency figures (eq. 1-3) for every run that holds pool-member
     answers: each member's EM, MRWR and MRLR, with the ensemble's voted answer as one more
     system in the same matrix."""
-    from ambiqa.evaluation.report import golds_for, has_member_answers, member_consistency
+    from ambiqa.evaluation.reports.report import golds_for, has_member_answers, member_consistency
 
     lines: list[str] = []
     for run in runs:
@@ -712,7 +712,7 @@ def consistency_lines(plan: Dataset | None, runs: list[Any]) -> list[str]:
 def dr_before_after(runs: list[Any], plan: Dataset | None = None) -> list[str]:
     """DR as ambiqa computed it before issue 11 (mean of per-question roots) beside the
     ASQA definition, from the same rows, so the change is traceable."""
-    from ambiqa.evaluation.runner import summarize
+    from ambiqa.evaluation.runs.runner import summarize
 
     lines = ["", "DR by definition, same rows: the ASQA scorer's sqrt(mean D-F1 × mean "
              "ROUGE-L) (used above) and the mean of per-question roots that ambiqa reported "
@@ -738,9 +738,9 @@ def compile_lines(root: Path, exclude: frozenset[str] = frozenset()) -> list[str
     """"Does compiling help?": each compiled run against its program's zero-shot row on the
     questions both hold (failed = 0), with the compile settings; runs named
     ``asqa-compiled/<name>`` in ``exclude`` (still under way) are left out."""
-    from ambiqa.evaluation.compare import check_same_reader
-    from ambiqa.evaluation.report import load_run
-    from ambiqa.evaluation.runner import summarize
+    from ambiqa.evaluation.reports.compare import check_same_reader
+    from ambiqa.evaluation.reports.report import load_run
+    from ambiqa.evaluation.runs.runner import summarize
     from ambiqa.evaluation.stats import fmt_interval, paired_comparison
 
     cdir = root / COMPILED_DIR
@@ -901,7 +901,7 @@ def write_tables(root: Path, out: Path | None = None,
         lines += ["```", ""]
     if panels:
         try:
-            from ambiqa.evaluation import plots
+            from ambiqa.evaluation.reports import plots
 
             plots.quality_vs_cost_panels(panels, out.parent / "quality_vs_cost.png",
                                          title="quality vs cost per method")

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ambiqa.data import load_dataset
-from ambiqa.evaluation.report import load_run
+from ambiqa.evaluation.reports.report import load_run
 from ambiqa.evaluation.stats import paired_comparison, summarize_metric
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 from ambiqa.optimizers.feedback import STEPS, diagnose

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     from ambiqa.data.specs import load_dataset
     from ambiqa.errors import AmbiqaError
     from ambiqa.evaluation.reader import make_reader
-    from ambiqa.evaluation.report import load_run
+    from ambiqa.evaluation.reports.report import load_run
 
     try:
         run, against = load_run(args.run), load_run(args.against)

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 from ambiqa.errors import AmbiqaError, ConfigError  # noqa: E402
-from ambiqa.evaluation.run_dir import ResultsFile  # noqa: E402
+from ambiqa.evaluation.runs.run_dir import ResultsFile  # noqa: E402
 from ambiqa.evaluation.stats import (  # noqa: E402
     fmt_interval,
     paired_comparison,

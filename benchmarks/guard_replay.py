@@ -113,7 +113,7 @@ def find_runs(results: Path) -> list[Path]:
 
 def load(run_dir: Path, root: Path) -> dict[str, Any]:
     """A run: its ``run.json``, its rows (one per id, a later row wins) and where it lives."""
-    from ambiqa.evaluation.run_dir import ResultsFile
+    from ambiqa.evaluation.runs.run_dir import ResultsFile
 
     spec = json.loads((run_dir / "run.json").read_text("utf-8"))
     rows = ResultsFile(run_dir / "results.jsonl").read()

@@ -192,7 +192,7 @@ def run_one(engine: str, threads: int, n: int, data: str, model: str, slots: int
     """One (engine, client threads) measurement in this process."""
     from ambiqa.cli.common import metric_fns
     from ambiqa.data import load_dataset
-    from ambiqa.evaluation.runner import evaluate
+    from ambiqa.evaluation.runs.runner import evaluate
     from ambiqa.lm import configure
     from ambiqa.lm.embedded import EmbeddedSettings
     from ambiqa.lm.factory import embedded_lm, endpoint_lm

@@ -429,9 +429,9 @@ def run(args: argparse.Namespace, api_base: str, key_env: str | None) -> int:
     from ambiqa.data import default_data_root, load_dataset
     from ambiqa.data.corpus import corpus_fingerprint, load_corpus
     from ambiqa.evaluation.reader import make_reader
-    from ambiqa.evaluation.report import write_run_report
-    from ambiqa.evaluation.runner import RunSpec
-    from ambiqa.evaluation.runner import evaluate as run_rows
+    from ambiqa.evaluation.reports.report import write_run_report
+    from ambiqa.evaluation.runs.runner import RunSpec
+    from ambiqa.evaluation.runs.runner import evaluate as run_rows
     from ambiqa.lm.redact import endpoint_host
     from ambiqa.paths import cache_root
 
@@ -592,7 +592,7 @@ def qph_ratio(base_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> di
 
 
 def token_means(rows: list[dict[str, Any]]) -> dict[str, float]:
-    from ambiqa.evaluation.report import row_cost
+    from ambiqa.evaluation.reports.report import row_cost
 
     with_cost = [r for r in rows if r.get("cost")]
     if not with_cost:
@@ -632,7 +632,7 @@ def _signed(x: float) -> str:
 def collect(out: Path) -> dict[str, Any]:
     """Every run directory under ``out`` summarised: quality with intervals, questions per
     hour, tokens, and the comparisons with vanilla_rag (paired on shared questions)."""
-    from ambiqa.evaluation.report import load_run
+    from ambiqa.evaluation.reports.report import load_run
     from ambiqa.evaluation.stats import paired_comparison, summarize_metric
 
     order = {name: i for i, name in enumerate((BASELINE, "diva"))}

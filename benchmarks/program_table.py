@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ambiqa.evaluation.report import Run, cost_stats, load_run
+from ambiqa.evaluation.reports.report import Run, cost_stats, load_run
 from ambiqa.evaluation.stats import paired_comparison, summarize_metric
 from benchmarks.render import write_or_check
 

@@ -142,7 +142,7 @@ class _Memo:
 
 
 def human_check(reader: Any, dev: list[Any]) -> dict[str, Any]:
-    from ambiqa.evaluation.reader_training import build_examples
+    from ambiqa.reader_training import build_examples
 
     reader = _Memo(reader)
 
@@ -205,7 +205,7 @@ def holdout_check_cached(reader: Any, holdout: int) -> dict[str, Any]:
     examples of the last ``holdout`` ASQA *training* questions (kept out of v2's training; v1
     saw those questions' long answers, never their passages). This is the figure that decides
     the default reader; ASQA dev only reports."""
-    from ambiqa.evaluation.reader_training import TrainConfig, holdout_examples, validate
+    from ambiqa.reader_training import TrainConfig, holdout_examples, validate
 
     key = {"reader": reader.name,
            "weights_sha256": (reader.manifest.get("weights") or {}).get("sha256"),
@@ -226,7 +226,7 @@ def holdout_check_cached(reader: Any, holdout: int) -> dict[str, Any]:
 def holdout_long_answers_cached(reader: Any, holdout: int) -> dict[str, Any]:
     """SQuAD 2.0-style figures on the held-out questions' *long answers* (what D-F1 reads;
     v1 trained on them, so this favours v1)."""
-    from ambiqa.evaluation.reader_training import (
+    from ambiqa.reader_training import (
         TrainConfig,
         holdout_long_answer_examples,
         validate,

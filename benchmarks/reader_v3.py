@@ -68,7 +68,7 @@ def stated_pairs(dev: list[Any]) -> list[bool]:
     """For each answerable reader example of ``build_examples(dev)`` (the pairs behind
     ``per_pair_f1``), whether the reference states the answer (STR-EM's substring test)."""
     from ambiqa.evaluation.metrics import str_em
-    from ambiqa.evaluation.reader_training import build_examples
+    from ambiqa.reader_training import build_examples
 
     examples, _ = build_examples(dev)
     return [str_em(e.context, [{"short_answers": e.aliases}]) > 0

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "rouge_splitter")
     args = ap.parse_args(argv)
     from ambiqa.data import load_dataset
-    from ambiqa.evaluation.runner import ResultsFile, example_id
+    from ambiqa.evaluation.runs.runner import ResultsFile, example_id
 
     examples = load_dataset(f"asqa:dev:{args.n}")
     ann = []

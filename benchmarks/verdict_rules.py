@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from ambiqa.data import load_dataset  # noqa: E402
 from ambiqa.errors import AmbiqaError  # noqa: E402
 from ambiqa.evaluation.metrics import normalize_answer, short_answers_of  # noqa: E402
-from ambiqa.evaluation.report import load_run  # noqa: E402
+from ambiqa.evaluation.reports.report import load_run  # noqa: E402
 from ambiqa.evaluation.stats import fmt_interval  # noqa: E402
 from ambiqa.fsutil import atomic_write_json, atomic_write_text  # noqa: E402
 from ambiqa.programs.verdict import CHECKED_RULES, RULES, rule_violations  # noqa: E402

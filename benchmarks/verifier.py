@@ -290,7 +290,7 @@ def rows_from_run(run_dir: Path, encoder: Any) -> tuple[list[dict[str, Any]], di
     questions (no prediction) are skipped and counted.
     """
     from ambiqa.data import load_dataset
-    from ambiqa.evaluation.report import load_run
+    from ambiqa.evaluation.reports.report import load_run
 
     run = load_run(run_dir)
     if run.spec.program != "diva":

@@ -37,7 +37,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     0: ("ambiqa.errors", "ambiqa.paths", "ambiqa.fsutil", "ambiqa.types", "ambiqa.tracing",
         "ambiqa.lm", "ambiqa.checks", "ambiqa.envutil", "ambiqa.parallel", "ambiqa.version",
         "ambiqa.text", "ambiqa.jsonio"),
-    1: ("ambiqa.data", "ambiqa.signatures", "ambiqa.retrieval", "ambiqa.evaluation"),
+    1: ("ambiqa.data", "ambiqa.signatures", "ambiqa.retrieval", "ambiqa.evaluation",
+        "ambiqa.reader_training"),
     2: ("ambiqa.programs",),
     3: ("ambiqa.optimizers",),
     # the top-level package (its __init__ is the public API) and what sits beside it
@@ -69,7 +70,7 @@ TOP_LEVEL_ONLY = ("ambiqa.errors", "ambiqa.paths", "ambiqa.fsutil", "ambiqa.type
                   "ambiqa.retrieval.colbert.retriever", "ambiqa.retrieval.indexing",
                   "ambiqa.evaluation.metrics", "ambiqa.evaluation.metric_names",
                   "ambiqa.evaluation.registry", "ambiqa.evaluation.stats",
-                  "ambiqa.evaluation.reader_config", "ambiqa.optimizers.manifest")
+                  "ambiqa.reader_training.config", "ambiqa.optimizers.manifest")
 #: (importer, imported) function-level imports left there until their issue moves them.
 LAZY_ALLOWED: dict[tuple[str, str], str] = {
     # issue 36: files owned by other work in progress (data loaders, lm failures, the

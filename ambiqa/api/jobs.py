@@ -192,9 +192,9 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     only once those checks passed (the CLI loads its model this way).
     """
     from ambiqa.evaluation.registry import judge_name
-    from ambiqa.evaluation.report import write_run_report
-    from ambiqa.evaluation.runner import RunSpec, check_run_dir, ensure_writable_dir
-    from ambiqa.evaluation.runner import evaluate as run_evaluation
+    from ambiqa.evaluation.reports.report import write_run_report
+    from ambiqa.evaluation.runs.runner import RunSpec, check_run_dir, ensure_writable_dir
+    from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
 
     cfg = settings_from(settings, EvaluateSettings, overrides)
     cfg.check()
@@ -203,7 +203,7 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     _check_not_empty(examples, spec_text)
     extra = dict(cfg.extra)
     if cfg.part:
-        from ambiqa.evaluation.merge import part_of
+        from ambiqa.evaluation.runs.parts import part_of
 
         examples, part = part_of(examples, cfg.part)
         extra.update(part)
@@ -359,7 +359,7 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     and is recorded in the manifest).
     """
     from ambiqa.evaluation.registry import dspy_metric
-    from ambiqa.evaluation.runner import evaluate as run_evaluation
+    from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
     from ambiqa.lm import lm_id
     from ambiqa.optimizers.artifact import save_artifact
     from ambiqa.optimizers.budget import Budget

@@ -79,7 +79,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     console.print(f"  {cost_line(summary)}")
     cached = summary.get("cached") or {}
     if cached.get("examples"):
-        from ambiqa.evaluation.report import cached_line
+        from ambiqa.evaluation.reports.report import cached_line
 
         console.print(f"  {cached_line(cached, summary['n'])}")
     console.print(f"  report: {Path(args.out) / 'report.md'}")
@@ -117,7 +117,7 @@ def cost_line(summary: dict[str, Any]) -> str:
 
 
 def _first_error(out: str) -> str:
-    from ambiqa.evaluation.run_dir import ResultsFile
+    from ambiqa.evaluation.runs.run_dir import ResultsFile
 
     for row in ResultsFile(Path(out) / "results.jsonl").read():
         if row.get("error"):
@@ -142,7 +142,7 @@ def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ambiqa.evaluation.report import write_run_report
+    from ambiqa.evaluation.reports.report import write_run_report
 
     out = Path(args.out) if args.out else Path(args.run_dir)
     summary = write_run_report(Path(args.run_dir), plots=not args.no_plots,
@@ -155,7 +155,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ambiqa.evaluation.compare import compare_runs, write_comparison
+    from ambiqa.evaluation.reports.compare import compare_runs, write_comparison
 
     metrics = _metric_names(args.metrics) if args.metrics else None
     result = compare_runs(args.runs, metrics=metrics, baseline=args.baseline,

@@ -1,7 +1,7 @@
 """``ambiqa reader``: train and inspect the extractive Disambig-F1 reader.
 
 ``ambiqa reader train`` fine-tunes all-MiniLM-L6-v2 with a span head on ASQA training long
-answers (see :mod:`ambiqa.evaluation.reader_training`) into ``$AMBIQA_CACHE/readers/<name>``;
+answers (see :mod:`ambiqa.reader_training.train`) into ``$AMBIQA_CACHE/readers/<name>``;
 once it exists, D-F1 uses it by default (``--reader lm`` keeps the LM stand-in).
 ``ambiqa reader calibrate [DIR]`` recalibrates the null threshold on training examples and
 revalidates; ``ambiqa reader info [DIR]`` checks a checkpoint (manifest, sha256) and prints
@@ -19,7 +19,7 @@ from pathlib import Path
 
 def cmd_reader_train(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.extractive import readers_dir
-    from ambiqa.evaluation.reader_training import TrainConfig, train_reader
+    from ambiqa.reader_training import TrainConfig, train_reader
 
     out = Path(args.out).expanduser() if args.out else readers_dir() / args.name
     cfg = TrainConfig(train=args.train, base=args.base or "", epochs=args.epochs,
@@ -31,7 +31,7 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
                       corpus=args.corpus or "", long_answer_repeat=args.long_answer_repeat,
                       ambignq_lists=args.ambignq_lists)
     if args.pack:
-        from ambiqa.evaluation.reader_training import pack_for_device
+        from ambiqa.reader_training import pack_for_device
 
         pack_for_device(args.pack, config=cfg, limit=args.limit,
                         log=lambda m: print(m, flush=True))
@@ -51,7 +51,7 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
 def cmd_reader_finish(args: argparse.Namespace) -> int:
     from ambiqa.errors import ConfigError
     from ambiqa.evaluation.extractive import readers_dir
-    from ambiqa.evaluation.reader_training import finish_from_device
+    from ambiqa.reader_training import finish_from_device
 
     src = Path(args.device_out).expanduser()
     from ambiqa.jsonio import read_json
@@ -92,7 +92,7 @@ def cmd_reader_info(args: argparse.Namespace) -> int:
 
 def cmd_reader_calibrate(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.extractive import default_reader_dir
-    from ambiqa.evaluation.reader_training import calibrate_and_validate
+    from ambiqa.reader_training import calibrate_and_validate
 
     path = Path(args.path).expanduser() if args.path else default_reader_dir()
     manifest = calibrate_and_validate(path, dev=None if args.no_validate else args.dev,

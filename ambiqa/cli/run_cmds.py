@@ -44,7 +44,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         # no answer, not an empty one: one line and a non-zero exit (issue 33)
         raise lm_unavailable(args.program or args.artifact or "ask", cause) from exc
     if args.json:
-        from ambiqa.evaluation.runner import prediction_dict
+        from ambiqa.evaluation.runs.runner import prediction_dict
 
         print(json.dumps({**prediction_dict(pred), "trace": pred.trace}, indent=2))
     else:

@@ -1,7 +1,7 @@
 """Commands for work that outgrows one process: ``merge`` (parts of one evaluation).
 
 ``ambiqa evaluate ... --part I/N`` runs one slice per machine; ``ambiqa merge`` joins the
-slices into one run directory (:mod:`ambiqa.evaluation.merge`).
+slices into one run directory (:mod:`ambiqa.evaluation.reports.merge`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ambiqa.cli.common import make_console
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from ambiqa.evaluation.merge import merge_runs
+    from ambiqa.evaluation.reports.merge import merge_runs
 
     summary = merge_runs(args.runs, Path(args.out), allow_unfinished=args.allow_unfinished,
                          plots=not args.no_plots)

@@ -2,7 +2,7 @@
 
 ASQA's Disambig-F1 reads each disambiguated question against a long answer with an extractive
 SQuAD 2.0 reader (RoBERTa-large in the paper). None can be downloaded here, so
-``ambiqa reader train`` (:mod:`ambiqa.evaluation.reader_training`) fine-tunes the packaged
+``ambiqa reader train`` (:mod:`ambiqa.reader_training.train`) fine-tunes the packaged
 all-MiniLM-L6-v2 with a span head on ASQA *training* long answers, and this module reads with
 the result. It is deterministic and costs no LM call, so D-F1 no longer grades a program with
 the program's own LM.

@@ -113,7 +113,7 @@ def save_artifact(path: str | os.PathLike[str], program: Any,
 
 def read_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse and validate an artifact file; raise :class:`ArtifactError` with the reason."""
-    from ambiqa.evaluation.run_dir import json_depth_ok
+    from ambiqa.evaluation.runs.run_dir import json_depth_ok
 
     path = Path(path)
     if not path.is_file():

@@ -190,7 +190,7 @@ def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: s
     """Read a cache JSON (:meth:`Cache.to_json`) or an EoR run's ``results.jsonl``.
 
     ``results.jsonl`` is read through the evaluation runner's reader
-    (:class:`ambiqa.evaluation.runner.ResultsFile`: the last row per example id wins, as on a
+    (:class:`ambiqa.evaluation.runs.runner.ResultsFile`: the last row per example id wins, as on a
     resumed run); rows with an ``error`` and rows without member answers are dropped, and
     lines that are not a JSON object with an id are counted; all three counts land in
     ``cache.stats``. The gold answers come from ``data_spec`` (joined by example id) unless
@@ -209,7 +209,7 @@ def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: s
             raise DataError(f"{path} is not an EoR answer cache (format {CACHE_FORMAT})")
         return Cache(doc["rows"], gold_metric, str(path), list(doc.get("members") or []),
                      data_spec=doc.get("data_spec") or data_spec, meta=dict(doc.get("meta") or {}))
-    from ambiqa.evaluation.runner import ResultsFile
+    from ambiqa.evaluation.runs.runner import ResultsFile
 
     run: dict[str, Any] = {}
     if (path.parent / "run.json").is_file():
@@ -239,7 +239,7 @@ def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: s
     if spec:
         from ambiqa.data import load_dataset
         from ambiqa.evaluation.registry import gold_answers_of
-        from ambiqa.evaluation.runner import example_id
+        from ambiqa.evaluation.runs.runner import example_id
 
         for i, ex in enumerate(load_dataset(spec)):
             gold_by_id[example_id(ex, i)] = gold_answers_of(ex)

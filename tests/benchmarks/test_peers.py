@@ -149,7 +149,7 @@ def test_both_pipelines_write_ambiqa_rows_resume_and_table(peers, setup):
     assert hay["diva_qph_ratio"]["n"] == 3
 
     # ambiqa compare pairs the peers with ambiqa's run like any two runs
-    from ambiqa.evaluation.compare import compare_runs
+    from ambiqa.evaluation.reports.compare import compare_runs
 
     cmp = compare_runs([runs["vanilla_rag"], runs["haystack-dense"]])
     assert {p["n_shared"] for p in cmp["paired"]} == {3}

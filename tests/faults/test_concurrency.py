@@ -44,7 +44,7 @@ def _handlers():
 
 
 def _rows(threads: int, tmp_path, lm) -> dict[str, dict]:
-    from ambiqa.evaluation.runner import evaluate
+    from ambiqa.evaluation.runs.runner import evaluate
     from ambiqa.programs.diva import Diva
     from ambiqa.retrieval.bm25 import BM25Retriever
     from tests.faults.conftest import small_passages

@@ -175,7 +175,7 @@ def _run_dir(tmp_path: Path, n: int = 20) -> Path:
     ('{"id": "q9", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", "nests deeper"),
 ], ids=["metrics_str", "metric_value", "corrupt_middle", "not_object", "deep"])
 def test_bad_results_row_is_named_by_line_number(tmp_path, bad, why, record_property):
-    from ambiqa.evaluation.report import write_run_report
+    from ambiqa.evaluation.reports.report import write_run_report
 
     run = _run_dir(tmp_path)
     lines = (run / "results.jsonl").read_text().splitlines()
@@ -192,7 +192,7 @@ def test_bad_results_row_is_named_by_line_number(tmp_path, bad, why, record_prop
 
 def test_torn_last_line_is_still_tolerated(tmp_path):
     """A kill mid-write leaves a partial last line without a newline: that row is redone."""
-    from ambiqa.evaluation.run_dir import ResultsFile
+    from ambiqa.evaluation.runs.run_dir import ResultsFile
 
     run = _run_dir(tmp_path)
     path = run / "results.jsonl"
@@ -201,7 +201,7 @@ def test_torn_last_line_is_still_tolerated(tmp_path):
 
 
 def test_deep_run_json_is_one_line(tmp_path):
-    from ambiqa.evaluation.runner import RunSpec, check_run_dir
+    from ambiqa.evaluation.runs.runner import RunSpec, check_run_dir
 
     run = _run_dir(tmp_path)
     (run / "run.json").write_text("[" * 100_000 + "]" * 100_000)
@@ -213,8 +213,8 @@ def test_deep_run_json_is_one_line(tmp_path):
 # ---- report files are readable by others (0644 under the umask) ----------------------------
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600)])
 def test_report_and_compare_files_follow_the_umask(tmp_path, umask, mode):
-    from ambiqa.evaluation.compare import compare_runs, write_comparison
-    from ambiqa.evaluation.report import write_run_report
+    from ambiqa.evaluation.reports.compare import compare_runs, write_comparison
+    from ambiqa.evaluation.reports.report import write_run_report
 
     run = _run_dir(tmp_path)
     old = os.umask(umask)

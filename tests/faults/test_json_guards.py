@@ -239,8 +239,8 @@ def test_every_json_read_goes_through_the_guard():
     root = Path(__file__).resolve().parents[2] / "ambiqa"
     guarded = ["data/_io.py", "retrieval/factory.py", "retrieval/sharded.py",
                "retrieval/colbert/manifest.py", "retrieval/dense.py", "retrieval/ann.py",
-               "retrieval/cache.py", "retrieval/integrity.py", "evaluation/merge.py",
-               "evaluation/report.py", "evaluation/extractive.py", "api/targets.py",
+               "retrieval/cache.py", "retrieval/integrity.py", "evaluation/reports/merge.py",
+               "evaluation/reports/report.py", "evaluation/extractive.py", "api/targets.py",
                "doctor.py"]
     pattern = re.compile(r"json\.loads?\((?!json\.dumps)")
     left = [f"{rel}:{n}" for rel in guarded

@@ -80,7 +80,7 @@ def test_each_row_is_scored_by_the_metrics_of_its_kind(tmp_path, retriever, reco
 def test_a_failed_row_counts_only_in_the_metrics_of_its_kind(tmp_path):
     """A short row whose program failed scores 0 in EM and F1 (n = 3), not in STR-EM (n = 2)."""
     from ambiqa.api.jobs import load_data, metric_fns
-    from ambiqa.evaluation.runner import RunSpec, evaluate
+    from ambiqa.evaluation.runs.runner import RunSpec, evaluate
 
     examples, spec = load_data(f"jsonl:{_data(tmp_path)}")
 

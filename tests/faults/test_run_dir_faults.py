@@ -95,12 +95,12 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path, slow_server, shared_data
 
 def test_lock_is_refused_in_process_for_another_holder_and_reentrant_for_one(tmp_path):
     """The lock itself: re-entrant within a process, refused to a second one (a child)."""
-    from ambiqa.evaluation.run_dir import lock_run_dir
+    from ambiqa.evaluation.runs.run_dir import lock_run_dir
 
     release = lock_run_dir(tmp_path)
     again = lock_run_dir(tmp_path)          # the CLI and the runner both take it
     again()
-    code = ("import sys; from ambiqa.evaluation.run_dir import lock_run_dir\n"
+    code = ("import sys; from ambiqa.evaluation.runs.run_dir import lock_run_dir\n"
             "try:\n    lock_run_dir(sys.argv[1])\nexcept Exception as e:\n"
             "    print(e); sys.exit(3)\n")
     child = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
@@ -145,7 +145,7 @@ def _ex(i: int, text: str) -> dspy.Example:
 
 def test_resume_reruns_a_row_whose_data_changed_and_names_it(tmp_path, caplog,
                                                            record_property):
-    from ambiqa.evaluation.runner import RunSpec, evaluate
+    from ambiqa.evaluation.runs.runner import RunSpec, evaluate
 
     spec = RunSpec(program="echo", data="toy:dev:3", metrics=["em"])
     em = {"em": lambda ex, pred: float(pred.answer == ex.answers[0])}
@@ -158,7 +158,7 @@ def test_resume_reruns_a_row_whose_data_changed_and_names_it(tmp_path, caplog,
                            progress=False, report=False)
     assert prog.calls == ["Who sang it first?"]            # only the changed row, again
     assert "q1" in caplog.text and "changed in the data" in caplog.text
-    from ambiqa.evaluation.run_dir import ResultsFile
+    from ambiqa.evaluation.runs.run_dir import ResultsFile
 
     rows = {r["id"]: r for r in ResultsFile(tmp_path / "results.jsonl").read()}
     stale = sum(1 for ex in edited if rows[ex.id]["question"] != ex.question)
@@ -193,9 +193,9 @@ def test_redact_covers_userinfo_netloc_and_query_keys():
 
 def test_config_error_is_raised_for_a_second_writer_in_the_runner(tmp_path):
     """The runner takes the lock itself (a library caller with no CLI is guarded too)."""
-    from ambiqa.evaluation.runner import RunSpec, evaluate
+    from ambiqa.evaluation.runs.runner import RunSpec, evaluate
 
-    code = ("import sys, time; from ambiqa.evaluation.run_dir import lock_run_dir\n"
+    code = ("import sys, time; from ambiqa.evaluation.runs.run_dir import lock_run_dir\n"
             "lock_run_dir(sys.argv[1]); print('held', flush=True); time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True, env=cli_env(tmp_path))

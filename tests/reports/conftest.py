@@ -96,7 +96,7 @@ def make_asqa_run(tmp_path: Path, asqa_file: Path) -> Callable[..., Path]:
 def captured_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Every figure the plots module saves, by file name, so a test reads back what was
     drawn (the artists carry gids) instead of trusting the inputs."""
-    from ambiqa.evaluation import plots
+    from ambiqa.evaluation.reports import plots
 
     figures: dict[str, Any] = {}
     original = plots._save

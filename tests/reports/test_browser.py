@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ambiqa.cli import main
-from ambiqa.evaluation.report import write_run_report
+from ambiqa.evaluation.reports.report import write_run_report
 from tests.reports.conftest import EVIL_QUESTION, SCORES_A, SCORES_B
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser"))

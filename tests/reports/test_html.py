@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ambiqa.evaluation.html import (
+from ambiqa.evaluation.reports.html import (
     Bold,
     Bullets,
     Code,

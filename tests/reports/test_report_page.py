@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from ambiqa.cli import main
-from ambiqa.evaluation.report import (
+from ambiqa.evaluation.reports.report import (
     cost_stats,
     load_run,
     main_metric,

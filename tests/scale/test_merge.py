@@ -14,7 +14,8 @@ from ambiqa.cli.eval_cmds import evaluate_from_args
 from ambiqa.data import demo_corpus_path
 from ambiqa.data.corpus import load_corpus
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.merge import PartSpec, merge_runs, parse_part, part_bounds
+from ambiqa.evaluation.reports.merge import merge_runs
+from ambiqa.evaluation.runs.parts import PartSpec, parse_part, part_bounds
 from ambiqa.retrieval.base import InMemoryRetriever
 from ambiqa.testing import vanilla_rag_lm
 

@@ -12,8 +12,8 @@ import pytest
 
 from ambiqa.cli import EXIT_USER_ERROR, main
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.compare import compare_runs
-from ambiqa.evaluation.runner import ResultsFile
+from ambiqa.evaluation.reports.compare import compare_runs
+from ambiqa.evaluation.runs.runner import ResultsFile
 from ambiqa.testing import scripted_lm
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -226,7 +226,7 @@ def test_evaluate_resume_extend_and_refusals_keep_results(tmp_path, capsys, shar
 
 def test_evaluate_unwritable_and_disk_full(tmp_path, capsys, shared_data, scripted_cli,
                                            monkeypatch):
-    from ambiqa.evaluation import run_dir as run_dir_mod
+    from ambiqa.evaluation.runs import run_dir as run_dir_mod
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -700,7 +700,7 @@ def test_runs_still_under_way_can_be_left_out_of_the_tables(tmp_path, benchmark_
 
 
 def test_an_artifact_run_is_labelled_by_its_file_name_not_the_machine_path(tmp_path):
-    from ambiqa.evaluation.report import load_run
+    from ambiqa.evaluation.reports.report import load_run
 
     art = _write_run(tmp_path / "a", "/home/someone/work/compiled/rag-knn.json", "nq:dev:2",
                      {"1": 1.0, "2": 0.0})

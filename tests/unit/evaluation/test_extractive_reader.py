@@ -23,7 +23,7 @@ from ambiqa.evaluation.extractive import (
     locate_answer,
     windows,
 )
-from ambiqa.evaluation.reader_training import (
+from ambiqa.reader_training import (
     ReaderExample,
     TrainConfig,
     build_examples,
@@ -481,7 +481,7 @@ def test_rerun_of_a_finished_reader_does_not_retrain(tiny_reader) -> None:
 
 
 def test_null_threshold_calibration_maximises_squad2_f1() -> None:
-    from ambiqa.evaluation.reader_training import calibrate_null_threshold
+    from ambiqa.reader_training import calibrate_null_threshold
 
     ans = ReaderExample("a", "q", "c", "x", 0, ["Paris"])
     noans = ReaderExample("b", "q", "c", "", None, ["Rome"])

@@ -148,7 +148,7 @@ def test_dr_is_geometric_mean():
 
 
 def test_run_rows_keep_dr_parts_and_dr_q_not_a_row_dr():
-    from ambiqa.evaluation.runner import score_row
+    from ambiqa.evaluation.runs.runner import score_row
 
     calls = []
 
@@ -163,7 +163,7 @@ def test_run_rows_keep_dr_parts_and_dr_q_not_a_row_dr():
 
 
 def test_dr_is_the_root_of_set_means_not_the_mean_of_roots():
-    from ambiqa.evaluation.runner import summarize
+    from ambiqa.evaluation.runs.runner import summarize
 
     rows = [{"id": "a", "error": None, "metrics": {"d-f1": 1.0, "rouge-l": 0.0}},
             {"id": "b", "error": None, "metrics": {"d-f1": 0.0, "rouge-l": 1.0}}]
@@ -174,7 +174,7 @@ def test_dr_is_the_root_of_set_means_not_the_mean_of_roots():
 def test_metric_fns_for_dr_alone_still_give_the_set_level_dr():
     """`ambiqa compile --metric dr` scores its dev set through metric_fns(["dr"])."""
     from ambiqa.cli.common import metric_fns
-    from ambiqa.evaluation.runner import evaluate
+    from ambiqa.evaluation.runs.runner import evaluate
 
     reader = FakeReader({"Who directed Jaws?": "Steven Spielberg"})
     fns = metric_fns(["dr"], reader)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.reader_data import (
+from ambiqa.reader_training import TrainConfig, training_examples
+from ambiqa.reader_training.data import (
     PassageIndex,
     ReaderExample,
     assert_no_eval_questions,
@@ -23,7 +24,6 @@ from ambiqa.evaluation.reader_data import (
     question_key,
     statement_of,
 )
-from ambiqa.evaluation.reader_training import TrainConfig, training_examples
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -174,7 +174,7 @@ def test_statement_of_and_interpretation_lists() -> None:
 
 def test_pack_train_finish_round_trip(shared_data, tmp_path, monkeypatch) -> None:
     from ambiqa.evaluation.extractive import ExtractiveReader
-    from ambiqa.evaluation.reader_training import finish_from_device, pack_for_device
+    from ambiqa.reader_training import finish_from_device, pack_for_device
 
     monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path / "cache"))
     pack = tmp_path / "pack"

@@ -9,7 +9,7 @@ import dspy
 import pytest
 
 from ambiqa.cli import EXIT_USER_ERROR, main
-from ambiqa.evaluation.report import load_run, member_consistency, write_run_report
+from ambiqa.evaluation.reports.report import load_run, member_consistency, write_run_report
 
 
 def _row(i, member_answers, failed=None, em=0.0):

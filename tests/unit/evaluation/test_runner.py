@@ -10,10 +10,10 @@ import dspy
 import pytest
 
 from ambiqa.errors import ArtifactError, ConfigError, RunError
-from ambiqa.evaluation import run_dir as run_dir_mod
-from ambiqa.evaluation import runner as runner_mod
-from ambiqa.evaluation.report import write_run_report
-from ambiqa.evaluation.runner import ResultsFile, RunSpec, call_with_timeout, evaluate
+from ambiqa.evaluation.reports.report import write_run_report
+from ambiqa.evaluation.runs import run_dir as run_dir_mod
+from ambiqa.evaluation.runs import runner as runner_mod
+from ambiqa.evaluation.runs.runner import ResultsFile, RunSpec, call_with_timeout, evaluate
 
 
 class EchoProgram:
@@ -250,7 +250,7 @@ def test_disk_full_stops_the_run_and_keeps_written_rows(tmp_path, monkeypatch):
 
 
 def test_summary_write_failure_is_clear_and_keeps_results(tmp_path, monkeypatch):
-    from ambiqa.evaluation import report as report_mod
+    from ambiqa.evaluation.reports import report as report_mod
 
     spec = RunSpec(program="echo", data="toy:dev:3", metrics=["em"])
 
@@ -403,7 +403,7 @@ def test_resume_accepts_a_setting_added_later_at_its_default_only():
     defaults come from the caller (the API passes the program's config defaults; run_dir
     does not import the programs)."""
     from ambiqa.api.jobs import _program_defaults
-    from ambiqa.evaluation.runner import RunSpec, spec_differences
+    from ambiqa.evaluation.runs.runner import RunSpec, spec_differences
 
     defaults = _program_defaults("vanilla_rag")
     assert defaults is not None and defaults["answer_form"] == "long"

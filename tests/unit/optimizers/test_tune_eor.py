@@ -105,7 +105,7 @@ def test_tuning_spends_no_lm_call_and_beats_default_weights():
 def test_cache_from_results_jsonl_joins_gold_answers(tmp_path):
     from ambiqa.data import load_dataset
     from ambiqa.errors import DataError
-    from ambiqa.evaluation.runner import example_id
+    from ambiqa.evaluation.runs.runner import example_id
 
     rows = synthetic_rows(5)
     data = tmp_path / "train.jsonl"

@@ -19,8 +19,8 @@ cannot kill a thread, so the abandoned call keeps running in the background unti
 the deadline turns a hang into a recorded, bounded failure, not into free capacity.
 
 At the end the run directory gets ``summary.json``, and ``report.md`` and plots when the caller
-passes a report writer (:mod:`ambiqa.evaluation.report`, which imports this module). The run
-directory's files and the checks that guard them live in :mod:`ambiqa.evaluation.run_dir`
+passes a report writer (:mod:`ambiqa.evaluation.reports.report`, which imports this module). The run
+directory's files and the checks that guard them live in :mod:`ambiqa.evaluation.runs.run_dir`
 (re-exported here); this module runs and scores.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from ambiqa.errors import ArtifactError, RunError
 from ambiqa.evaluation.registry import row_kind, row_metrics
-from ambiqa.evaluation.run_dir import (
+from ambiqa.evaluation.runs.run_dir import (
     RESUME_FIELDS,
     ResultsFile,
     RunSpec,
@@ -163,7 +163,7 @@ class _RunState:
 
 
 #: a run-report writer, ``writer(out_dir, rows=..., spec=..., examples=...)``; the caller of
-#: :func:`evaluate` passes one (:func:`ambiqa.evaluation.report.write_run_report`)
+#: :func:`evaluate` passes one (:func:`ambiqa.evaluation.reports.report.write_run_report`)
 ReportWriter = Callable[..., Any]
 
 
@@ -179,13 +179,13 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
     row superseding the old one. More than ``max_error_rate`` failed rows (once at least 4
     exist) stop the run with a :class:`RunError`; finished rows stay on disk. With
     ``out_dir``, ``summary.json`` is written there; ``report`` is the caller's report writer
-    (:func:`ambiqa.evaluation.report.write_run_report` writes ``summary.json``, ``report.md``
-    and plots), called as ``report(out_dir, rows=, spec=, examples=)`` while the run
+    (:func:`ambiqa.evaluation.reports.report.write_run_report` writes ``summary.json``,
+    ``report.md`` and plots), called as ``report(out_dir, rows=, spec=, examples=)`` while the run
     directory is still locked. The report module reads the runner's rows, so the runner never
     imports it: the caller chooses the report.
 
     One writer per run directory: ``out_dir`` is locked for the whole run
-    (:func:`~ambiqa.evaluation.run_dir.lock_run_dir`); a second process is refused with the
+    (:func:`~ambiqa.evaluation.runs.run_dir.lock_run_dir`); a second process is refused with the
     holder's pid. The spec records the configured LM's max tokens, temperature and endpoint
     when the caller left them unset, and every row the hash of its data row, so a resume
     proves it continues the same run: a row whose data changed is run again, named.

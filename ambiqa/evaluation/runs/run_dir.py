@@ -1,7 +1,7 @@
 """The run directory: what a run is (``run.json``), its rows (``results.jsonl``) and the
 checks that refuse to mix or overwrite runs.
 
-Split from :mod:`ambiqa.evaluation.runner` (which re-exports every name here): these are the
+Split from :mod:`ambiqa.evaluation.runs.runner` (which re-exports every name here): these are the
 on-disk contract a resumed run, ``ambiqa report`` and ``ambiqa compare`` rely on, and the CLI
 calls :func:`check_run_dir` before loading any model. Both files only ever gain fields, so runs
 written by an older ambiqa resume and render with a newer one.

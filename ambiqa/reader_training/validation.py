@@ -1,6 +1,6 @@
 """Scoring a trained reader: validation figures and the SQuAD 2.0 null-threshold choice.
 
-Split from :mod:`ambiqa.evaluation.reader_training` (which re-exports these names): both are
+Split from :mod:`ambiqa.reader_training.train` (which re-exports these names): both are
 pure functions of a reader's outputs, used after training, by ``ambiqa reader calibrate`` and by
 ``benchmarks/reader.py``.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ambiqa.evaluation.extractive import ExtractiveReader
-from ambiqa.evaluation.reader_data import ReaderExample
+from ambiqa.reader_training.data import ReaderExample
 
 
 def validate(reader: ExtractiveReader, dev: Sequence[Any], *,

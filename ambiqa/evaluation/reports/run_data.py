@@ -1,7 +1,7 @@
 """A run's rows read back and summarised: the data every report, comparison and benchmark
 table is drawn from (``Run``, :func:`load_run`, :func:`run_summary`, costs per question,
 per-question scores, the worst questions, the gold answers), kept apart from the rendering in
-:mod:`ambiqa.evaluation.report` so each module does one job.
+:mod:`ambiqa.evaluation.reports.report` so each module does one job.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
-from ambiqa.evaluation.run_dir import planned_rows, read_run_json
-from ambiqa.evaluation.runner import (
+from ambiqa.evaluation.runs.run_dir import planned_rows, read_run_json
+from ambiqa.evaluation.runs.runner import (
     ResultsFile,
     RunSpec,
     example_id,
@@ -218,7 +218,7 @@ PASSAGE_CHARS = 700
 def main_metric(names: Sequence[str]) -> str | None:
     """The headline metric among ``names``: DR on ASQA (the data set's scorer), F1 on the
     short-answer sets, else the first reported one."""
-    from ambiqa.evaluation.runner import PER_ROW_ONLY
+    from ambiqa.evaluation.runs.runner import PER_ROW_ONLY
 
     usable = [n for n in names if n not in PER_ROW_ONLY]
     for name in MAIN_METRIC_ORDER:

@@ -1,6 +1,6 @@
 """Reader training data: SQuAD 2.0-style examples from ASQA and HotpotQA, and their windows.
 
-Split from :mod:`ambiqa.evaluation.reader_training` (which re-exports every name here): this
+Split from :mod:`ambiqa.reader_training.train` (which re-exports every name here): this
 module decides *what* the reader learns from -- which spans count as answers, which texts are
 no-answer examples, which questions are held out -- and holds no torch code, so the data can be
 built, counted and tested without a model.
@@ -16,7 +16,7 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation.extractive import Window, locate_answer, windows
-from ambiqa.evaluation.reader_config import TrainConfig
+from ambiqa.reader_training.config import TrainConfig
 
 
 @dataclass

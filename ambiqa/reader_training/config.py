@@ -1,7 +1,6 @@
 """The extractive reader's training settings, below both the example builders
-(:mod:`ambiqa.evaluation.reader_data`) and the trainer (:mod:`ambiqa.evaluation.reader_training`),
-which both read them; :mod:`~ambiqa.evaluation.reader_training` re-exports
-:class:`TrainConfig`."""
+(:mod:`ambiqa.reader_training.data`) and the trainer (:mod:`ambiqa.reader_training.train`),
+which both read them; the package re-exports :class:`TrainConfig`."""
 
 from __future__ import annotations
 

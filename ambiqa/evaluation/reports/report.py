@@ -16,7 +16,7 @@ The report is a page a person reads to decide and to find out why: each headline
 set-level value and interval marked on its per-question distribution (``plots/metrics.png``),
 cost and latency per question (``plots/cost.png``), and the ten worst questions with the
 program's answer and interpretations, the gold answers and the passages it read. It is built
-once (:mod:`ambiqa.evaluation.html`) and written as Markdown and as one self-contained HTML
+once (:mod:`ambiqa.evaluation.reports.html`) and written as Markdown and as one self-contained HTML
 page; the plots draw the same numbers the tables print.
 """
 
@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ambiqa.evaluation.run_data import (  # re-exported: callers import them from here
+from ambiqa.evaluation.reports.run_data import (  # re-exported: callers import them from here
     COST_KEYS,
     N_WORST,
     PASSAGE_CHARS,
@@ -44,9 +44,9 @@ from ambiqa.evaluation.run_data import (  # re-exported: callers import them fro
     run_summary,
     worst_rows,
 )
-from ambiqa.evaluation.run_data import per_question_score as per_question_score  # re-export
-from ambiqa.evaluation.run_data import row_cost as row_cost  # re-export
-from ambiqa.evaluation.runner import (
+from ambiqa.evaluation.reports.run_data import per_question_score as per_question_score  # re-export
+from ambiqa.evaluation.reports.run_data import row_cost as row_cost  # re-export
+from ambiqa.evaluation.runs.runner import (
     RunSpec,
     write_error,
 )
@@ -118,7 +118,7 @@ def program_label(program: str) -> str:
 
 
 def _facts(run: dict[str, Any], uses_reader: bool) -> list[Any]:
-    from ambiqa.evaluation.html import Code
+    from ambiqa.evaluation.reports.html import Code
 
     facts = [("program", run.get("program")), ("data", run.get("data")),
              ("LM", run.get("lm")), ("LM max tokens", run.get("max_tokens")),
@@ -167,9 +167,18 @@ def completeness_line(summary: dict[str, Any]) -> str | None:
 def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str],
                  worst: list[dict[str, Any]] | None = None,
                  worst_metric: str | None = None) -> Any:
-    """The run report as a :class:`ambiqa.evaluation.html.Document` (rendered to both
+    """The run report as a :class:`ambiqa.evaluation.reports.html.Document` (rendered to both
     ``report.md`` and ``report.html``)."""
-    from ambiqa.evaluation.html import Bold, Bullets, Code, Document, Heading, Image, Para, Table
+    from ambiqa.evaluation.reports.html import (
+        Bold,
+        Bullets,
+        Code,
+        Document,
+        Heading,
+        Image,
+        Para,
+        Table,
+    )
 
     run = summary.get("run", {})
     doc = Document(f"{program_label(run.get('program') or '?')} on {run.get('data', '?')}")
@@ -282,7 +291,7 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
 
 
 def _worst_section(doc: Any, worst: list[dict[str, Any]], metric: str) -> None:
-    from ambiqa.evaluation.html import Bold, Code, Details, Heading, Para, Quote, Table
+    from ambiqa.evaluation.reports.html import Bold, Code, Details, Heading, Para, Quote, Table
 
     q = per_question_quantity(metric)
     how = (f"ranked by {q[0]} ({q[1]}), ties broken by the sum of its parts" if q
@@ -417,7 +426,7 @@ def write_run_report(run_dir: str | Path, *, rows: list[dict[str, Any]] | None =
 
 def _draw(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
           notes: list[str]) -> dict[str, str]:
-    from ambiqa.evaluation import plots
+    from ambiqa.evaluation.reports import plots
 
     out: dict[str, str] = {}
     label = (f"{program_label(summary['run'].get('program') or '')} on "

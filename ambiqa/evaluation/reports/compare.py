@@ -9,7 +9,7 @@ side; DR is recomputed from the set means in every resample (:mod:`ambiqa.evalua
 
 ``compare_runs`` returns a plain dict (also written as ``comparison.json``);
 ``write_comparison`` renders it as ``compare.md`` and one self-contained ``compare.html``
-(:mod:`ambiqa.evaluation.html`), with two plots drawn from the same entries as the tables:
+(:mod:`ambiqa.evaluation.reports.html`), with two plots drawn from the same entries as the tables:
 ``forest.png``, the paired differences as a forest plot (the evidence a decision rests on),
 and ``quality_vs_cost.png``, the data set's main metric (DR on ASQA, F1 on short-answer sets)
 against LM calls, computed tokens or seconds per question.
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.report import COST_KEYS, Run, cost_stats, load_run, main_metric
-from ambiqa.evaluation.runner import PER_ROW_ONLY, summarize, write_error
+from ambiqa.evaluation.reports.report import COST_KEYS, Run, cost_stats, load_run, main_metric
+from ambiqa.evaluation.runs.runner import PER_ROW_ONLY, summarize, write_error
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
 
@@ -237,9 +237,9 @@ def forest_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None,
                      *, metric: str | None = None, cost: str = "calls") -> Any:
-    """The comparison as a :class:`ambiqa.evaluation.html.Document` (``compare.md`` and
+    """The comparison as a :class:`ambiqa.evaluation.reports.html.Document` (``compare.md`` and
     ``compare.html`` are its two renderings)."""
-    from ambiqa.evaluation.html import Bullets, Code, Document, Heading, Image, Para, Table
+    from ambiqa.evaluation.reports.html import Bullets, Code, Document, Heading, Image, Para, Table
     from ambiqa.evaluation.stats import fmt_interval
 
     plots = plots or {}
@@ -333,7 +333,7 @@ def comparison_warnings(result: dict[str, Any]) -> list[Any]:
     """What qualifies every number of the comparison (runs on different LMs, readers or
     indexes; readers paired on purpose; an LM not recorded): shown at the top of compare.md
     and compare.html, so the output of ``ambiqa compare`` starts with them too."""
-    from ambiqa.evaluation.html import Bold
+    from ambiqa.evaluation.reports.html import Bold
 
     notes: list[Any] = []
     if result.get("reader_mismatch_allowed"):
@@ -354,7 +354,7 @@ def comparison_warnings(result: dict[str, Any]) -> list[Any]:
 
 
 def _code_or(value: Any, missing: str) -> Any:
-    from ambiqa.evaluation.html import Code
+    from ambiqa.evaluation.reports.html import Code
 
     return Code(str(value)) if value else missing
 
@@ -374,7 +374,7 @@ def write_comparison(result: dict[str, Any], out_dir: str | Path,
     ``quality_metric``: the quality axis (default: the data set's main metric); ``cost``:
     the cost axis, one of :data:`COST_AXES` (``calls``, ``tokens``, ``seconds``).
     """
-    from ambiqa.evaluation.report import json_safe
+    from ambiqa.evaluation.reports.report import json_safe
 
     if cost not in COST_AXES:
         raise ConfigError(f"--cost {cost!r} is not a cost axis",
@@ -388,7 +388,7 @@ def write_comparison(result: dict[str, Any], out_dir: str | Path,
                           f"{exc.strerror or exc}") from exc
     rendered: dict[str, str] = {}
     try:
-        from ambiqa.evaluation import plots
+        from ambiqa.evaluation.reports import plots
 
         if result["paired"]:
             order = [metric] + [n for n in result["metrics"] if n != metric]

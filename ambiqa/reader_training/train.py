@@ -18,10 +18,10 @@ and dropout is re-seeded from (seed, step), so a resumed run takes the same step
 one would. The finished checkpoint (weights, config, tokenizer) gets ``reader_manifest.json``,
 written last: data, example counts, steps, seed, sha256 of the weights, validation scores.
 
-The example building lives in :mod:`ambiqa.evaluation.reader_data` and the scoring (validation,
-null-threshold choice) in :mod:`ambiqa.evaluation.reader_validation`; this module keeps the
-training loop, its resumable state and the finished checkpoint, and re-exports the other two so
-``from ambiqa.evaluation.reader_training import ...`` keeps working.
+The example building lives in :mod:`ambiqa.reader_training.data` and the scoring (validation,
+null-threshold choice) in :mod:`ambiqa.reader_training.validation`; this module keeps the
+training loop, its resumable state and the finished checkpoint; the package
+(:mod:`ambiqa.reader_training`) re-exports the public names of all three.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ from ambiqa.evaluation.extractive import (
     pad_batch,
     readers_dir,
 )
-from ambiqa.evaluation.reader_config import TrainConfig
-from ambiqa.evaluation.reader_data import (
+from ambiqa.fsutil import atomic_write_json, sha256_file
+from ambiqa.reader_training.config import TrainConfig
+from ambiqa.reader_training.data import (
     ReaderExample,
     build_examples,
     build_hotpot_examples,
@@ -60,8 +61,7 @@ from ambiqa.evaluation.reader_data import (
     remove_sentence,
     training_examples,
 )
-from ambiqa.evaluation.reader_validation import calibrate_null_threshold, validate
-from ambiqa.fsutil import atomic_write_json, sha256_file
+from ambiqa.reader_training.validation import calibrate_null_threshold, validate
 
 __all__ = [
     "ReaderExample", "TrainConfig", "build_examples", "build_hotpot_examples",
