@@ -2,6 +2,7 @@
 
     python -m benchmarks.faults                      # run the suite, write the table
     python -m benchmarks.faults --junit report.xml   # only tabulate an existing JUnit report
+                                                     # (of tests/faults or the whole suite)
 
 Each test in tests/faults carries ``pytest.mark.fault(CLASS)`` and may record JUnit
 properties: ``runs`` (kill/resume seeds a test went through), ``data_lost`` (rows, artifacts,
@@ -91,6 +92,8 @@ def tabulate(junit: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
         "unknown": 0, "integrity": 0})
     failures: list[str] = []
     for case in ET.parse(junit).getroot().iter("testcase"):
+        if not str(case.get("classname", "")).startswith("tests.faults."):
+            continue  # a report of the whole suite: only the fault suite's cases count here
         props: dict[str, str] = {}
         for p in case.iter("property"):  # a property recorded repeatedly: the last value
             props[p.get("name")] = p.get("value")
