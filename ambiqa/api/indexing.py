@@ -11,17 +11,26 @@ alone opens it (``ambiqa.open_index(NAME)``, ``--index NAME``). Both return an
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ambiqa.data.corpus import corpus_format, iter_corpora, iter_corpus, passages_from
 from ambiqa.errors import ConfigError
-
-KINDS = ("colbert", "bm25", "dense")
+from ambiqa.paths import index_root as default_index_root
+from ambiqa.retrieval.adding import add_passages, index_lock
+from ambiqa.retrieval.cache import CachedRetriever
+from ambiqa.retrieval.factory import check_index_name, index_kind, open_retriever
+from ambiqa.retrieval.kinds import (
+    DEFAULT_KIND,
+    BuildOptions,
+    RetrieverKind,
+    find_retriever_kind,
+    retriever_kind,
+)
+from ambiqa.retrieval.sharded import build_sharded, check_shardable
 
 
 @dataclass(frozen=True)
@@ -29,8 +38,9 @@ class IndexSettings:
     """How to build an index. ``name`` is how every later command refers to it."""
 
     name: str
-    #: colbert (late interaction, the default), bm25 (bm25s, seconds) or dense (MiniLM)
-    kind: str = "colbert"
+    #: a registered kind (:mod:`ambiqa.retrieval.kinds`): colbert (late interaction, the
+    #: default), bm25 (bm25s, seconds), dense (MiniLM) or one registered since
+    kind: str = DEFAULT_KIND
     #: directory holding indexes (default ``$AMBIQA_INDEX_ROOT`` or ``$AMBIQA_CACHE/indexes``)
     index_root: str | Path | None = None
     #: a folder's files cut into passages of this many words (default: one per file)
@@ -47,12 +57,8 @@ class IndexSettings:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        from ambiqa.retrieval.factory import check_index_name
-
         check_index_name(self.name)
-        if self.kind not in KINDS:
-            raise ConfigError(f"unknown index kind {self.kind!r}",
-                              hint=f"choose one of {', '.join(KINDS)}")
+        retriever_kind(self.kind)  # an unknown kind fails here, naming the registered ones
 
 
 @dataclass
@@ -117,8 +123,6 @@ class IndexResult:
         against it before is told the index changed when loaded. ``added``: the counts of
         this add.
         """
-        from ambiqa.retrieval.adding import add_passages
-
         t0 = time.perf_counter()
         passages, source = _passages_to_add(corpus, split_words, text_column, base)
         done = add_passages(self.name, passages, root=self.root, replace=replace,
@@ -126,8 +130,6 @@ class IndexResult:
         retriever = done.retriever
         if not getattr(retriever, "index_name", None):
             retriever.index_name = self.name
-        from ambiqa.retrieval.cache import CachedRetriever
-
         if isinstance(self.retriever, CachedRetriever):  # opened with a retrieval cache: kept
             retriever = CachedRetriever(retriever, self.retriever.cache)
         self.retriever = retriever
@@ -160,11 +162,9 @@ def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSetting
     ``ambiqa.index("notes/", name="notes", kind="bm25", split_words=100)``. A rebuild
     replaces the old index only once the new one is complete.
     """
-    from ambiqa.data.corpus import iter_corpus, passages_from
-    from ambiqa.paths import index_root
-
     cfg = settings_from(settings, IndexSettings, overrides)
-    root = Path(cfg.index_root).expanduser() if cfg.index_root else index_root()
+    kind = retriever_kind(cfg.kind)
+    root = Path(cfg.index_root).expanduser() if cfg.index_root else default_index_root()
     t0 = time.perf_counter()
     is_path = isinstance(corpus, str | os.PathLike)
     if is_path:
@@ -175,15 +175,14 @@ def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSetting
         if isinstance(corpus, dict):
             raise ConfigError("a corpus is a path or a list of passages, not one dict")
         passages = passages_from(corpus)
-    from ambiqa.retrieval.adding import index_lock
-
+    options = BuildOptions(checkpoint=Path(cfg.checkpoint) if cfg.checkpoint else None,
+                           progress=cfg.progress, nranks=cfg.nranks,
+                           kmeans_share=cfg.kmeans_share)  # the kind fills in its defaults
     with index_lock(root, cfg.name):  # an add to the same index waits (and vice versa)
         if cfg.shards > 1:
-            retriever = _sharded(cfg, root, Path(corpus) if is_path else None)
-        elif cfg.kind == "colbert":
-            retriever = _colbert(cfg, root, passages)
-        else:
-            retriever = _simple(cfg, root, list(passages))
+            retriever = _sharded(cfg, kind, options, root, Path(corpus) if is_path else None)
+        else:  # the kind commits the build itself (a killed build leaves no half index)
+            retriever = kind.build(passages, root, cfg.name, options)
     if not getattr(retriever, "index_name", None):
         retriever.index_name = cfg.name
     n = _count(retriever)
@@ -194,16 +193,13 @@ def index(corpus: str | os.PathLike[str] | Iterable[Any], settings: IndexSetting
 def open_index(index: str | dict[str, Any], root: str | Path | None = None) -> IndexResult:
     """Open an index by name (``"wiki"`` or ``"bm25:wiki"``; the kind comes from its
     manifest): the same :class:`IndexResult` :func:`index` returned when it was built."""
-    from ambiqa.paths import index_root
-    from ambiqa.retrieval.factory import index_kind, open_retriever
-
     t0 = time.perf_counter()
-    base = Path(root).expanduser() if root else index_root()
+    base = Path(root).expanduser() if root else default_index_root()
     retriever = open_retriever(index, root=base)
     spec = index if isinstance(index, dict) else {"index": index.rpartition(":")[2]}
     name = str(getattr(retriever, "index_name", None) or spec.get("index"))
     kind = getattr(retriever, "name", None)
-    if kind not in KINDS:
+    if find_retriever_kind(kind) is None:  # a wrapper without the kind's name
         kind = index_kind(name, base)
     return IndexResult(name, str(kind), str(retriever.fingerprint), _count(retriever), base,
                        time.perf_counter() - t0, retriever)
@@ -212,8 +208,6 @@ def open_index(index: str | dict[str, Any], root: str | Path | None = None) -> I
 def _passages_to_add(corpus: Any, split_words: int | None, text_column: str | None,
                      base: Any) -> tuple[Any, str]:
     """The passages :meth:`IndexResult.add` reads, and how the manifest names their source."""
-    from ambiqa.data.corpus import iter_corpora, passages_from
-
     if isinstance(corpus, str | os.PathLike):
         corpus = [corpus]
     elif isinstance(corpus, dict):
@@ -232,52 +226,14 @@ def _count(retriever: Any) -> int:
     return len(getattr(retriever, "passages", []) or [])
 
 
-def _sharded(cfg: IndexSettings, root: Path, path: Path | None) -> Any:
-    """``NAME-0..NAME-{n-1}`` streamed from a JSONL file (bm25 is refused, with the reason)."""
-    from ambiqa.data.corpus import corpus_format
-    from ambiqa.retrieval.sharded import build_sharded, check_shardable
-
-    check_shardable(cfg.kind, cfg.shards)
+def _sharded(cfg: IndexSettings, kind: RetrieverKind, options: BuildOptions, root: Path,
+             path: Path | None) -> Any:
+    """``NAME-0..NAME-{n-1}`` streamed from a JSONL file (a kind that cannot be sharded is
+    refused, with the reason)."""
+    check_shardable(kind.name, cfg.shards)
     if path is None or corpus_format(path) != "jsonl":
         raise ConfigError("shards need a JSONL corpus file (each part is streamed from it)",
                           hint="convert the corpus to JSONL, or index it unsharded")
-    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
-    if ckpt is None and cfg.kind == "colbert":
-        from ambiqa.retrieval.checkpoint import default_checkpoint
-
-        ckpt = default_checkpoint()
-    return build_sharded(path, cfg.name, root, cfg.shards, checkpoint=ckpt,
-                         progress=cfg.progress, nranks=cfg.nranks,
-                         kmeans_share=cfg.kmeans_share, kind=cfg.kind)
-
-
-def _colbert(cfg: IndexSettings, root: Path, passages: Any) -> Any:
-    from ambiqa.retrieval.checkpoint import default_checkpoint
-    from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
-
-    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else default_checkpoint()
-    return ColBERTRetriever.build(passages, index_root=root, name=cfg.name, checkpoint=ckpt,
-                                  progress=cfg.progress, nranks=cfg.nranks,
-                                  kmeans_share=cfg.kmeans_share)
-
-
-def _simple(cfg: IndexSettings, root: Path, passages: list[Any]) -> Any:
-    """Build a BM25 or dense index in a temporary directory and rename it into place.
-
-    The rename is the commit point: a killed build leaves only a ``.tmp-`` directory, never a
-    half-written index under ``name``.
-    """
-    from ambiqa.fsutil import swap_dir_into_place
-
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f"{cfg.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        if cfg.kind == "bm25":
-            from ambiqa.retrieval.bm25 import BM25Retriever as cls
-        else:
-            from ambiqa.retrieval.dense import DenseRetriever as cls
-        retriever = cls.build(passages, tmp)
-        swap_dir_into_place(tmp, root / cfg.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return retriever
+    return build_sharded(path, cfg.name, root, cfg.shards, checkpoint=options.checkpoint,
+                         progress=options.progress, nranks=options.nranks,
+                         kmeans_share=options.kmeans_share, kind=kind.name)

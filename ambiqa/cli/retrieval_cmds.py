@@ -5,10 +5,22 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
 
 from ambiqa.cli.common import INDEX_ROOT_HELP
+from ambiqa.doctor import run_checks
 from ambiqa.errors import ConfigError
+from ambiqa.paths import index_root
+from ambiqa.retrieval.checkpoint import identity_checkpoint
+from ambiqa.retrieval.kinds import (
+    DEFAULT_KIND,
+    addable_kinds,
+    find_retriever_kind,
+    names_text,
+    retriever_kind_names,
+    shardable_kinds,
+)
+from ambiqa.retrieval.training import train_colbert, validation_scores
+from ambiqa.retrieval.triples import load_training_data
 
 #: ``ambiqa index --help``'s account of the corpus formats (ambiqa.data.corpus documents them)
 CORPUS_HELP = """corpus formats (a passage without an id gets a stable one: its file path, or a hash
@@ -34,7 +46,7 @@ example: ambiqa index my_notes/ --name notes --kind bm25 --split-words 100
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    import ambiqa.api as api
+    import ambiqa.api as api  # loads DSPy: kept out of the parser, so --help stays fast
 
     t0 = time.perf_counter()
     result = api.index(args.corpus, api.IndexSettings(
@@ -42,8 +54,12 @@ def cmd_index(args: argparse.Namespace) -> int:
         split_words=args.split_words, text_column=args.text_column, checkpoint=args.checkpoint,
         nranks=args.nranks, kmeans_share=args.kmeans_share, shards=args.shards,
         progress=True))
-    if args.kind == "colbert" and args.shards == 1:
-        _print_build_summary(result.retriever)
+    kind = find_retriever_kind(result.kind)
+    built = kind.describe_build(result.retriever) if kind and args.shards == 1 else None
+    if built:
+        from rich.console import Console  # rich loads only when there is something to print
+
+        Console(stderr=True).print(f"[green]indexed[/] {built}")
     print(f"index {result.name!r} ({result.kind}, {result.n_passages:,} passages, "
           f"{result.fingerprint}) ready in {time.perf_counter() - t0:.0f} s; use it with "
           f"--index {result.name}")
@@ -51,9 +67,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_index_add(args: argparse.Namespace) -> int:
-    import ambiqa.api as api
-    from ambiqa.paths import index_root
-    from ambiqa.retrieval.adding import addable
+    import ambiqa.api as api  # loads DSPy: kept out of the parser, so --help stays fast
+    from ambiqa.retrieval.adding import addable  # loads DSPy (through ambiqa.data)
 
     addable(args.name, Path(args.index_root).expanduser() if args.index_root else index_root())
     result = api.open_index(args.name, root=args.index_root)
@@ -80,8 +95,8 @@ def index_add_parser() -> argparse.ArgumentParser:
     """The parser of ``ambiqa index add NAME FILES...``."""
     p = argparse.ArgumentParser(
         prog="ambiqa index add", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Add passages to the built index NAME (bm25, dense or colbert; a sharded "
-                    "index is refused with the command that rebuilds it). The index is "
+        description=f"Add passages to the built index NAME ({names_text(addable_kinds())}; a "
+                    "sharded index is refused with the command that rebuilds it). The index is "
                     "replaced only once the new one is complete; its fingerprint changes, so "
                     "artifacts compiled against it before are told the index changed. ColBERT "
                     "encodes only the new passages, with the index's centroids (rebuild after "
@@ -98,7 +113,8 @@ def index_add_parser() -> argparse.ArgumentParser:
                         ".txt/.md files")
     p.add_argument("--replace", action="store_true",
                    help="a passage whose id the index already holds replaces it (default: "
-                        "refused, and nothing is added; bm25 and dense only)")
+                        "refused, and nothing is added; "
+                        f"{names_text(_replacing_kinds(), 'and')} only)")
     p.add_argument("--base", default=None, metavar="DIR",
                    help="single .txt/.md files: their ids are their paths relative to DIR "
                         "(default: their own folder); pass the folder the index was built from "
@@ -121,27 +137,10 @@ def parse_index_add(argv: list[str]) -> argparse.Namespace | None:
     return index_add_parser().parse_args(argv[2:])
 
 
-def _print_build_summary(retriever: Any) -> None:
-    """One line on stderr: passages, where, how long, size on disk and the checkpoint."""
-    from rich.console import Console
-
-    from ambiqa.retrieval.colbert.progress import fmt_seconds
-
-    m = retriever.manifest
-    index_dir: Path = retriever.index_dir
-    size = sum(f.stat().st_size for f in index_dir.iterdir() if f.is_file())
-    Console(stderr=True).print(
-        f"[green]indexed[/] {m['n_passages']:,} passages into {index_dir} in "
-        f"{fmt_seconds(m['build_seconds'])} ({size / 2**20:.1f} MiB, checkpoint "
-        f"{m['checkpoint']['id']}, {m['checkpoint']['kind']})")
-
-
 def cmd_colbert_train(args: argparse.Namespace) -> int:
-    from ambiqa.retrieval.training import train_colbert
-
     corpus = Path(args.corpus).expanduser() if args.corpus else None
     if corpus is None:
-        from ambiqa.data import default_data_root
+        from ambiqa.data import default_data_root  # loads DSPy (the package's loaders)
 
         root = default_data_root()
         corpus = root / "corpus" / "wiki_passages.jsonl" if root else None
@@ -158,10 +157,7 @@ def cmd_colbert_train(args: argparse.Namespace) -> int:
     print(f"trained ColBERT checkpoint at {out} ({time.perf_counter() - t0:.0f} s this run); "
           f"index with it: ambiqa index CORPUS --name NAME --checkpoint {out}")
     if args.validate:
-        from ambiqa.data.corpus import load_corpus
-        from ambiqa.retrieval.checkpoint import identity_checkpoint
-        from ambiqa.retrieval.training import validation_scores
-        from ambiqa.retrieval.triples import load_training_data
+        from ambiqa.data.corpus import load_corpus  # loads DSPy (through ambiqa.data)
 
         data = load_training_data(out.with_name(out.name + ".work"))
         passages = load_corpus(corpus)
@@ -172,11 +168,28 @@ def cmd_colbert_train(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ambiqa.doctor import run_checks
-
     ok = run_checks(print_fn=print, corpus=args.corpus, index=args.index,
                     index_root=args.index_root)
     return 0 if ok else 1
+
+
+def _kinds_help() -> str:
+    """``--kind``'s help from the registry: each kind with its summary, the default marked."""
+    return names_text([f"{name} ({kind.summary}{', the default' if name == DEFAULT_KIND else ''})"
+                       for name in retriever_kind_names()
+                       if (kind := find_retriever_kind(name)) is not None])
+
+
+def _unshardable_help() -> str:
+    others = [n for n in retriever_kind_names() if n not in shardable_kinds()]
+    if not others:
+        return ""
+    verb = "is" if len(others) == 1 else "are"
+    return f"; {names_text(others, 'and')} {verb} refused: scores not comparable across shards"
+
+
+def _replacing_kinds() -> list[str]:
+    return [n for n in addable_kinds() if (k := find_retriever_kind(n)) and k.replaces]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -194,9 +207,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", required=True,
                    help="the index's name: letters, digits, '.', '_', '-'; every later command "
                         "refers to it by this name (--index NAME); rebuilding replaces it")
-    p.add_argument("--kind", default="colbert", choices=["colbert", "dense", "bm25"],
-                   help="colbert (colbert-ai late interaction, the default), dense "
-                        "(all-MiniLM-L6-v2, exact inner product) or bm25 (bm25s, seconds)")
+    p.add_argument("--kind", default=DEFAULT_KIND, choices=retriever_kind_names(),
+                   help=_kinds_help())
     p.add_argument("--split-words", type=int, default=None, metavar="N",
                    help="folder corpora: cut each file into passages of about N words "
                         "(100 is DPR's size); default: one passage per file")
@@ -213,8 +225,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "colbert-ai's rule capped so small corpora are not encoded twice)")
     p.add_argument("--shards", type=int, default=1,
                    help="split the corpus into this many indexes NAME-0..NAME-{n-1}, "
-                        "searched concurrently as one (--kind colbert or dense; bm25 is "
-                        "refused: its scores are not comparable across shards)")
+                        f"searched concurrently as one (--kind {names_text(shardable_kinds())}"
+                        f"{_unshardable_help()})")
     p.set_defaults(fn=cmd_index)
 
     p = sub.add_parser("colbert", help="ColBERT checkpoints (train)")

@@ -67,6 +67,7 @@ from ambiqa.retrieval.colbert.update import append_passages, copy_index
 from ambiqa.retrieval.dense import MANIFEST, DenseRetriever
 from ambiqa.retrieval.factory import check_index_name, index_kind
 from ambiqa.retrieval.integrity import FILES_KEY, rebuild_command, record_files
+from ambiqa.retrieval.kinds import retriever_kind
 from ambiqa.retrieval.locks import index_lock_path
 from ambiqa.types import Passage
 
@@ -100,25 +101,26 @@ def add_passages(name: str, passages: Iterable[Passage], *, root: str | os.PathL
     damaged; a ColBERT passage replaced), both before anything is written.
     """
     root = Path(root).expanduser()
-    kind = addable(name, root)
+    kind = retriever_kind(addable(name, root))
     index_dir = root / name
     new = _checked(passages)
     with index_lock(root, name):
         remove_stale_builds(root, name)
-        if kind == "bm25":
-            return _add_bm25(index_dir, new, replace, source)
-        if kind == "colbert":
-            return _add_colbert(index_dir, new, replace, source)
-        return _add_dense(index_dir, new, replace, source, encoder)
+        return kind.add(index_dir, new, replace, source, encoder)
 
 
 def addable(name: str, root: str | os.PathLike[str]) -> str:
     """The kind of the index ``name`` under ``root`` if passages can be added to it; else a
     one-line :class:`RetrievalIndexError` naming the command that rebuilds it (a sharded
-    index; nothing is opened or hashed)."""
+    index, or a kind that cannot add; nothing is opened or hashed)."""
     check_index_name(name)
     root = Path(root).expanduser()
     kind = index_kind(name, root)
+    spec = retriever_kind(kind)
+    if not spec.addable:
+        raise RetrievalIndexError(f"passages cannot be added to a {kind} index ({name!r})",
+                                  hint=f"rebuild it with the new passages: "
+                                       f"{rebuild_command(kind, name)}")
     if not (root / name).is_dir():
         raise RetrievalIndexError(
             f"index {name!r} is sharded ({name}-0, {name}-1, ...): passages cannot be added "
@@ -235,7 +237,10 @@ def _written(index_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _add_bm25(index_dir: Path, new: list[Passage], replace: bool, source: str) -> Added:
+def add_bm25(index_dir: Path, new: list[Passage], replace: bool, source: str,
+             encoder: Any = None) -> Added:
+    """The bm25 kind's add: the score matrix recomputed over all passages (``encoder`` is
+    not used)."""
     old = BM25Retriever.load(index_dir)
     merge = _merge(old.passages, new, replace, index_dir.name)
     if merge.passages == old.passages:  # only identical replacements: nothing to write
@@ -248,8 +253,9 @@ def _add_bm25(index_dir: Path, new: list[Passage], replace: bool, source: str) -
                  retriever.fingerprint)
 
 
-def _add_dense(index_dir: Path, new: list[Passage], replace: bool, source: str,
-               encoder: Any) -> Added:
+def add_dense(index_dir: Path, new: list[Passage], replace: bool, source: str,
+              encoder: Any = None) -> Added:
+    """The dense kind's add: only the new passages encoded, with the index's encoder."""
     old = DenseRetriever.load(index_dir, encoder=encoder)
     merge = _merge(old.passages, new, replace, index_dir.name)
     if merge.passages == old.passages:
@@ -286,7 +292,10 @@ def _add_dense(index_dir: Path, new: list[Passage], replace: bool, source: str,
     return Added(retriever, len(merge.appended), n_rep, old.fingerprint, retriever.fingerprint)
 
 
-def _add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str) -> Added:
+def add_colbert(index_dir: Path, new: list[Passage], replace: bool, source: str,
+                encoder: Any = None) -> Added:
+    """The colbert kind's add: appended by colbert-ai's updater (``encoder`` is not used: the
+    index's checkpoint encodes)."""
     name = index_dir.name
     old = ColBERTRetriever.load(index_dir.parent, name)
     passages = list(old._passages)

@@ -25,10 +25,17 @@ from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.jsonio import read_json
 from ambiqa.paths import index_root
 from ambiqa.retrieval.base import TimedSearch, check_query
+from ambiqa.retrieval.cache import CachedRetriever
+from ambiqa.retrieval.kinds import (
+    DEFAULT_KIND,
+    DIRECTORY_MANIFEST,
+    find_retriever_kind,
+    kind_of_dir,
+    names_text,
+    retriever_kind_names,
+)
+from ambiqa.retrieval.sharded import ShardedRetriever, shards_file
 from ambiqa.types import Passage, SharedResource
-
-#: the index kinds ``ambiqa index --kind`` builds
-KINDS = ("colbert", "bm25", "dense")
 
 _INDEX_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
@@ -52,8 +59,6 @@ def open_retriever(info: dict[str, Any] | str, root: Path | None = None,
         cache = None if env in ("", "0") else (True if env == "1" else env)
     retriever = _open(info, root)
     if cache:
-        from ambiqa.retrieval.cache import CachedRetriever
-
         return CachedRetriever(retriever, None if cache is True else cache)
     return retriever
 
@@ -79,16 +84,13 @@ def index_kind(name: str, root: Path | None = None) -> str:
     """
     check_index_name(name)
     root = Path(root) if root else index_root()
-    from ambiqa.retrieval.colbert.manifest import MANIFEST as COLBERT_MANIFEST
-    from ambiqa.retrieval.sharded import shards_file
-
     index_dir = root / name
-    plain = index_dir / "manifest.json"
+    plain = index_dir / DIRECTORY_MANIFEST
     if plain.is_file():
         data = read_json(plain, error=RetrievalIndexError, what="index manifest",
                          hint=f"rebuild it: ambiqa index CORPUS --name {name}")
         kind = data.get("kind") if isinstance(data, dict) else None
-        if kind in KINDS:
+        if find_retriever_kind(kind) is not None:
             return str(kind)
         raise RetrievalIndexError(f"{plain} names an unknown index kind {kind!r}",
                                   hint=f"rebuild it: ambiqa index CORPUS --name {name}")
@@ -100,11 +102,12 @@ def index_kind(name: str, root: Path | None = None) -> str:
             raise RetrievalIndexError(f"the shard list {shards} is not a JSON object",
                                       hint=f"rebuild: ambiqa index CORPUS --name {name} "
                                            "--shards N")
-        return str(data.get("kind", "colbert"))
-    if (index_dir / COLBERT_MANIFEST).is_file():
-        return "colbert"
+        return str(data.get("kind", DEFAULT_KIND))  # lists written before kinds: ColBERT
+    marked = kind_of_dir(index_dir) if index_dir.is_dir() else None
+    if marked is not None:
+        return marked
     if index_dir.is_dir():  # a ColBERT build that never wrote its manifest says so on load
-        return "colbert"
+        return DEFAULT_KIND
     built = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(
         ".") and ".tmp-" not in p.name) if root.is_dir() else []
     raise RetrievalIndexError(
@@ -123,34 +126,14 @@ def _open(info: dict[str, Any] | str, root: Path | None) -> Any:
     check_index_name(name)
     root = Path(root) if root else index_root()
     kind = info.get("kind") or index_kind(name, root)
-    if kind == "colbert":
-        from ambiqa.retrieval.colbert import ColBERTRetriever
-        from ambiqa.retrieval.sharded import ShardedRetriever, shards_file
-
-        if not (root / name).exists() and shards_file(root, name).is_file():
-            return ShardedRetriever.load(root, name)
-        return ColBERTRetriever.load(root, name)
-    if kind == "bm25":
-        from ambiqa.retrieval.bm25 import BM25Retriever
-
-        return _named(BM25Retriever.load(root / name), name)
-    if kind == "dense":
-        from ambiqa.retrieval.dense import DenseRetriever
-        from ambiqa.retrieval.sharded import ShardedRetriever, shards_file
-
-        if not (root / name).exists() and shards_file(root, name).is_file():
-            return ShardedRetriever.load(root, name, kind="dense")
-        return _named(DenseRetriever.load(root / name), name)
-    raise ConfigError(f"unknown retriever kind {kind!r} in {kind}:{name}",
-                      hint="write [kind:]name with kind colbert, bm25 or dense, e.g. "
-                           "bm25:wiki-bm25")
-
-
-def _named(retriever: Any, name: str) -> Any:
-    """Remember the name an index was opened by, so an artifact records it (BM25 and dense
-    retrievers do not know their directory's name)."""
-    retriever.index_name = name
-    return retriever
+    spec = find_retriever_kind(kind)
+    if spec is None:
+        raise ConfigError(f"unknown retriever kind {kind!r} in {kind}:{name}",
+                          hint=f"write [kind:]name with kind {names_text(retriever_kind_names())}, "
+                               "e.g. bm25:wiki-bm25")
+    if spec.shardable and not (root / name).exists() and shards_file(root, name).is_file():
+        return ShardedRetriever.load(root, name, kind=spec.name)
+    return spec.open(root, name)
 
 
 def describe(retriever: Any) -> dict[str, Any]:

@@ -45,21 +45,21 @@ from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write_json
 from ambiqa.jsonio import read_json
+from ambiqa.paths import index_root as default_root
 from ambiqa.retrieval.base import TimedSearch, check_query
 from ambiqa.retrieval.colbert.manifest import iter_corpus
-from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
+from ambiqa.retrieval.kinds import (
+    DEFAULT_KIND,
+    BuildOptions,
+    find_retriever_kind,
+    names_text,
+    retriever_kind,
+    shardable_kinds,
+)
 from ambiqa.tracing import record_retrieval
 from ambiqa.types import Passage, SharedResource
 
 SHARDS_SUFFIX = ".shards.json"
-
-#: why a kind cannot be sharded (kinds absent here can)
-NOT_SHARDABLE: dict[str, str] = {
-    "bm25": "BM25 scores depend on each shard's document frequencies and average length, so "
-            "scores of different shards are not comparable and a merged top-k would not be "
-            "BM25's ranking over the whole corpus",
-}
-SHARDABLE_KINDS = ("colbert", "dense")
 
 
 def shards_file(index_root: Path, name: str) -> Path:
@@ -69,14 +69,15 @@ def shards_file(index_root: Path, name: str) -> Path:
 def check_shardable(kind: str, shards: int) -> None:
     """Refuse ``--shards N`` for a kind whose shards could not be merged (before any work)."""
     check_int("shards", shards)
-    if shards > 1 and kind in NOT_SHARDABLE:
+    spec = find_retriever_kind(kind)
+    others = names_text([f"--kind {n}" for n in reversed(shardable_kinds())])
+    if shards > 1 and spec is not None and not spec.shardable:
         raise ConfigError(f"--shards {shards} is not supported for --kind {kind}: "
-                          f"{NOT_SHARDABLE[kind]}",
-                          hint=f"build one {kind} index (drop --shards), or shard with "
-                               "--kind dense or --kind colbert")
-    if shards > 1 and kind not in SHARDABLE_KINDS:
+                          f"{spec.not_shardable}",
+                          hint=f"build one {kind} index (drop --shards), or shard with {others}")
+    if shards > 1 and spec is None:
         raise ConfigError(f"unknown index kind {kind!r}",
-                          hint=f"use one of {', '.join(SHARDABLE_KINDS)}")
+                          hint=f"use one of {', '.join(shardable_kinds())}")
 
 
 def _count_passages(path: str | os.PathLike[str]) -> int:
@@ -87,15 +88,17 @@ def _count_passages(path: str | os.PathLike[str]) -> int:
 def build_sharded(corpus_path: str | os.PathLike[str], name: str, index_root: Path | None,
                   shards: int, checkpoint: Path | None = None, progress: bool = True,
                   nranks: int = 1, kmeans_share: float | None = None,
-                  kind: str = "colbert") -> ShardedRetriever:
+                  kind: str = DEFAULT_KIND) -> ShardedRetriever:
     """Build ``name-0..name-{shards-1}`` of ``kind`` from consecutive slices of a corpus file.
 
     Each shard is committed on its own (a killed build keeps the finished shards; the shard
-    list is written last, so a half-built set never opens as complete).
+    list is written last, so a half-built set never opens as complete). The kind's build
+    settings are resolved once, so every shard gets the same (one ColBERT checkpoint).
     """
-    from ambiqa.paths import index_root as default_root
-
     check_shardable(kind, shards)
+    spec = retriever_kind(kind)
+    options = spec.prepare(BuildOptions(checkpoint=checkpoint, progress=progress,
+                                        nranks=nranks, kmeans_share=kmeans_share))
     root = Path(index_root).expanduser() if index_root else default_root()
     total = _count_passages(corpus_path)
     if total < shards:
@@ -105,44 +108,12 @@ def build_sharded(corpus_path: str | os.PathLike[str], name: str, index_root: Pa
     for i in range(shards):
         part = itertools.islice(iter_corpus(corpus_path), i * per, min(total, (i + 1) * per))
         shard_name = f"{name}-{i}"
-        if kind == "colbert":
-            ColBERTRetriever.build(part, index_root=root, name=shard_name,
-                                   checkpoint=checkpoint, progress=progress, nranks=nranks,
-                                   kmeans_share=kmeans_share)
-        else:
-            _build_dense_shard(list(part), root, shard_name)
+        spec.build(part, root, shard_name, options)
         names.append(shard_name)
     atomic_write_json(shards_file(root, name),
                       {"name": name, "kind": kind, "shards": names, "n_passages": total,
                        "source": str(Path(corpus_path).resolve())})
     return ShardedRetriever.load(root, name)
-
-
-def _build_dense_shard(passages: list[Passage], root: Path, name: str) -> None:
-    """One dense shard, built in a temporary directory and renamed into place."""
-    import secrets
-    import shutil
-
-    from ambiqa.fsutil import swap_dir_into_place
-    from ambiqa.retrieval.dense import DenseRetriever
-
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f"{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        DenseRetriever.build(passages, tmp)
-        swap_dir_into_place(tmp, root / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _open_shard(kind: str, root: Path, name: str) -> Any:
-    if kind == "colbert":
-        return ColBERTRetriever.load(root, name)
-    from ambiqa.retrieval.dense import DenseRetriever
-
-    shard = DenseRetriever.load(root / name)
-    shard.index_name = name
-    return shard
 
 
 def default_workers(n_shards: int) -> int:
@@ -153,29 +124,17 @@ def default_workers(n_shards: int) -> int:
 class ShardedRetriever(SharedResource):
     """Search several indexes of one kind (shards of one corpus) at once; merge by score."""
 
-    def __init__(self, index_name: str, shards: Sequence[Any], kind: str = "colbert",
+    def __init__(self, index_name: str, shards: Sequence[Any], kind: str = DEFAULT_KIND,
                  max_workers: int | None = None) -> None:
         if not shards:
             raise RetrievalIndexError(f"sharded index {index_name!r} lists no shards")
-        if kind in NOT_SHARDABLE:
+        spec = find_retriever_kind(kind)
+        if spec is not None and not spec.shardable:
             raise RetrievalIndexError(f"sharded index {index_name!r} is of kind {kind}, which "
-                                      f"cannot be sharded: {NOT_SHARDABLE[kind]}",
+                                      f"cannot be sharded: {spec.not_shardable}",
                                       hint="rebuild it as one index")
-        if kind == "colbert":
-            ckpts = {getattr(s, "manifest", {}).get("checkpoint", {}).get("id") for s in shards}
-            if len(ckpts) > 1:
-                raise RetrievalIndexError(
-                    f"the shards of {index_name!r} were built with different checkpoints "
-                    f"({sorted(map(str, ckpts))}); scores would not be comparable",
-                    hint="rebuild every shard with one --checkpoint")
-        if kind == "dense":
-            encoders = {(getattr(s, "encoder_name", None), s.embeddings.shape[1])
-                        for s in shards}
-            if len(encoders) > 1:
-                raise RetrievalIndexError(
-                    f"the shards of {index_name!r} were encoded differently ({sorted(encoders)}); "
-                    "cosine scores would not be comparable",
-                    hint="rebuild every shard with one encoder")
+        if spec is not None:  # the kind's own check that its shards' scores compare
+            spec.check_shards(index_name, list(shards))
         self.index_name = index_name
         self.name = kind
         self.kind = kind
@@ -194,7 +153,7 @@ class ShardedRetriever(SharedResource):
         spec = read_json(path, error=RetrievalIndexError, what="shard list", hint=fix)
         try:
             names = [str(n) for n in spec["shards"]]
-            stored = str(spec.get("kind", "colbert"))  # sets written before kinds: ColBERT
+            stored = str(spec.get("kind", DEFAULT_KIND))  # sets written before kinds: ColBERT
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RetrievalIndexError(f"cannot read the shard list {path}: {exc}",
                               hint=f"rebuild: ambiqa index CORPUS --name {name} --shards N"
@@ -202,10 +161,11 @@ class ShardedRetriever(SharedResource):
         if kind is not None and kind != stored:
             raise RetrievalIndexError(f"{name!r} is a sharded {stored} index, not {kind}",
                                       hint=f"open it as {stored}:{name} (or just {name})")
-        if stored not in SHARDABLE_KINDS:
+        kind_spec = find_retriever_kind(stored)
+        if kind_spec is None or not kind_spec.shardable:
             raise RetrievalIndexError(f"{path} names kind {stored!r}, which cannot be sharded",
                                       hint=f"rebuild: ambiqa index CORPUS --name {name}")
-        return cls(name, [_open_shard(stored, Path(index_root), n) for n in names], kind=stored)
+        return cls(name, [kind_spec.open(Path(index_root), n) for n in names], kind=stored)
 
     @property
     def fingerprint(self) -> str:
