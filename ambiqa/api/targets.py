@@ -29,6 +29,9 @@ from typing import Any
 
 from ambiqa.api.loader import SAVED_KEY, Target, load_program_file
 from ambiqa.errors import ConfigError
+from ambiqa.lm import configure
+from ambiqa.programs.registry import build_program, program_class
+from ambiqa.retrieval.factory import open_retriever
 
 __all__ = ["SAVED_KEY", "Target", "check_target", "file_sha256", "is_file_target", "load",
            "resolve"]
@@ -44,8 +47,6 @@ def is_file_target(target: object) -> bool:
 
 def check_target(target: object) -> None:
     """Fail fast, before any model loads: an unknown program name names the nearest one."""
-    from ambiqa.programs.registry import program_class
-
     if isinstance(target, str) and not is_file_target(target):
         program_class(target)
 
@@ -87,11 +88,7 @@ def resolve(target: Any, *, retriever: Any = None, index: str | dict | None = No
                                  knn_encoder=knn_encoder, program_kwargs=program_kwargs,
                                  config=config)
     if retriever is None and index is not None and with_index:
-        from ambiqa.retrieval.factory import open_retriever
-
         retriever = open_retriever(index, root=Path(index_root) if index_root else None)
-    from ambiqa.programs.registry import build_program, program_class
-
     name = str(target).strip().lower().replace("-", "_")
     cls = program_class(name)
     if retriever is None and with_index and getattr(cls, "needs_retriever", True):
@@ -121,7 +118,5 @@ def load(path: str | Path, *, retriever: Any = None, lm: Any = None, program: st
                               strict_fingerprint=strict_fingerprint, knn_encoder=knn_encoder,
                               program_kwargs=program_kwargs)
     if lm is not None:
-        from ambiqa.lm import configure
-
         configure(lm)
     return found.program

@@ -32,6 +32,7 @@ from typing import Any
 from ambiqa.errors import AmbiqaError
 from ambiqa.fsutil import atomic_write_json
 from ambiqa.jsonio import read_json
+from ambiqa.paths import cache_root
 from ambiqa.retrieval.base import check_query
 from ambiqa.types import Passage, SharedResource
 
@@ -39,8 +40,6 @@ FORMAT = 1
 
 
 def default_cache_root() -> Path:
-    from ambiqa.paths import cache_root
-
     return cache_root() / "retrieval-cache"
 
 

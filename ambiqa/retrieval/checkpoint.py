@@ -40,6 +40,7 @@ from typing import Any
 from ambiqa.errors import ModelError
 from ambiqa.fsutil import atomic_write_json, sha256_file
 from ambiqa.jsonio import read_json
+from ambiqa.paths import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,6 @@ _BUILD_LOCK = threading.Lock()
 
 def default_cache_dir() -> Path:
     """``$AMBIQA_CACHE/colbert``: where built checkpoints live."""
-    from ambiqa.paths import cache_root
-
     return cache_root() / "colbert"
 
 
@@ -105,6 +104,8 @@ def _write_identity(out: Path, final_path: Path) -> None:
     """Save MiniLM as HF_ColBERT with ``linear.weight = I(384)`` into ``out``."""
     import torch
 
+    # the colbert package imports this module (a circle at import time), and the encoder
+    # module loads numpy and DSPy: both only when the identity checkpoint is written
     from ambiqa.retrieval.colbert.patches import import_colbert
     from ambiqa.retrieval.encoder import minilm_path
 

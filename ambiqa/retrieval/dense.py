@@ -36,9 +36,10 @@ import numpy as np
 from ambiqa.errors import ConfigError, RetrievalIndexError
 from ambiqa.fsutil import atomic_write
 from ambiqa.jsonio import loads, read_json
+from ambiqa.retrieval.ann import build_for, load_for
 from ambiqa.retrieval.base import TimedSearch, check_passages, check_query
 from ambiqa.retrieval.encoder import SharedEncoder, get_encoder
-from ambiqa.retrieval.integrity import rebuild_command, verify_files
+from ambiqa.retrieval.integrity import FILES_KEY, rebuild_command, record_files, verify_files
 from ambiqa.types import Passage, SharedResource
 
 log = logging.getLogger(__name__)
@@ -86,8 +87,6 @@ def read_passages(path: Path, kind: str = "dense") -> list[Passage]:
 def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
     """Write the manifest last, listing the size and sha256 of every file of the index
     (checked on open: :mod:`ambiqa.retrieval.integrity`)."""
-    from ambiqa.retrieval.integrity import FILES_KEY, record_files
-
     manifest = {**manifest, FILES_KEY: record_files(Path(index_dir), {MANIFEST})}
     atomic_write(Path(index_dir) / MANIFEST, lambda fh: json.dump(manifest, fh, indent=2))
 
@@ -161,7 +160,6 @@ class DenseRetriever(SharedResource):
         vecs = encoder.encode([p.render() for p in passages], batch_size=batch_size)
         vecs = np.asarray(vecs, dtype=np.float32)
         enc_name = str(getattr(encoder, "name", type(encoder).__name__))
-        from ambiqa.retrieval.ann import build_for
 
         index_dir = Path(index_dir)
         ann = build_for(vecs)  # None below the size threshold: exact search
@@ -197,7 +195,6 @@ class DenseRetriever(SharedResource):
             raise RetrievalIndexError(f"cannot read {index_dir / EMBEDDINGS}: {exc}",
                               hint="rebuild the index") from exc
         passages = read_passages(index_dir / PASSAGES)
-        from ambiqa.retrieval.ann import load_for
 
         ann = load_for(index_dir, vecs) if backend == "numpy" else None
         retriever = cls(passages, vecs, encoder=encoder,

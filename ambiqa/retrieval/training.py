@@ -59,7 +59,16 @@ from ambiqa.retrieval.checkpoint import (
     default_cache_dir,
     start_checkpoint,
 )
-from ambiqa.retrieval.triples import TrainingData, load_training_data, save_training_data
+from ambiqa.retrieval.triples import (
+    DEFAULT_SOURCES,
+    TrainingData,
+    build_training_data,
+    colbert_text,
+    in_memory_bm25,
+    load_training_data,
+    save_training_data,
+)
+from ambiqa.types import Passage
 
 log = logging.getLogger(__name__)
 
@@ -217,12 +226,12 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
             if corpus is None:
                 raise ConfigError("training needs a corpus to draw passages and negatives from",
                                   hint="pass --corpus CORPUS.jsonl")
+            # DSPy loads with ambiqa.data: kept out of `ambiqa colbert --help`'s imports
             from ambiqa.data.corpus import load_corpus
-            from ambiqa.retrieval.triples import DEFAULT_SOURCES, build_training_data
 
             dense = None
             if dense_index is not None:
-                from ambiqa.retrieval.factory import open_retriever
+                from ambiqa.retrieval.factory import open_retriever  # DSPy, as above
 
                 dense = open_retriever(dense_index)
                 if getattr(dense, "name", None) != "dense":
@@ -266,6 +275,7 @@ def train_colbert(out: str | os.PathLike[str] | None = None, *, dim: int = 384,
     if done >= steps and resume_from is not None:
         return _finish(resume_from, out_dir, settings, data, state or {})
 
+    # the colbert package loads DSPy and numpy: only when training runs
     from ambiqa.retrieval.colbert import captured_output, import_colbert
     from ambiqa.retrieval.colbert.patches import cpu_training
     from ambiqa.retrieval.colbert.progress import TrainingProgress
@@ -441,9 +451,7 @@ def validation_scores(checkpoint: str | os.PathLike[str], validation: Sequence[d
     (``p_at_1``) and the mean reciprocal rank of the best positive. It needs no index, so
     intermediate checkpoints and dims can be compared in a minute.
     """
-    from ambiqa.retrieval.rerank import ColBERTReranker
-    from ambiqa.retrieval.triples import in_memory_bm25
-    from ambiqa.types import Passage
+    from ambiqa.retrieval.rerank import ColBERTReranker  # numpy and the encoder: only here
 
     items = list(validation)[:n]
     if not items:
@@ -455,8 +463,6 @@ def validation_scores(checkpoint: str | os.PathLike[str], validation: Sequence[d
         positives = set(item["positives"])
         cands = [Passage(f"pos{i}", "", t) for i, t in enumerate(positives)]
         for p in bm25.search(item["query"], depth):
-            from ambiqa.retrieval.triples import colbert_text
-
             text = colbert_text(p.title, p.text)
             if text not in positives:
                 cands.append(Passage(p.id, "", text))

@@ -92,6 +92,7 @@ def colbert_text(title: str, text: str) -> str:
 
 
 def _examples_for(spec: str, data_root: Path | None) -> tuple[str, list[Any]]:
+    # ambiqa.data loads DSPy; this module stays light for the CLI (`ambiqa colbert train`)
     from ambiqa.data import is_training_split, load_dataset, parse_spec
 
     parsed = parse_spec(spec)
@@ -365,7 +366,7 @@ def _random_negative(rng: random.Random, n: int, exclude: set[int], answers: Seq
 
 def in_memory_bm25(corpus: Sequence[Passage]) -> Any:
     """An in-memory BM25 retriever over the corpus (the miner of BM25 negatives)."""
-    from ambiqa.retrieval.bm25 import BM25Retriever
+    from ambiqa.retrieval.bm25 import BM25Retriever  # numpy and bm25s: only when mining
 
     return BM25Retriever.in_memory(corpus)
 

@@ -25,6 +25,7 @@ from ambiqa.errors import ConfigError, DataError, ModelError
 from ambiqa.fsutil import atomic_write_json, swap_dir_into_place
 from ambiqa.jsonio import read_json
 from ambiqa.retrieval.base import PassageCheck
+from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
 from ambiqa.retrieval.colbert.manifest import (
     COLBERT_TSV,
     COLLECTION,
@@ -43,6 +44,7 @@ from ambiqa.retrieval.colbert.patches import (
     run_indexer,
 )
 from ambiqa.retrieval.colbert.progress import BuildProgress, captured_output
+from ambiqa.retrieval.integrity import FILES_KEY, record_files
 from ambiqa.types import Passage
 from ambiqa.version import __version__
 
@@ -59,7 +61,6 @@ def build(passages: Iterable[Passage] | str | os.PathLike[str], index_root: Path
     messages, a bar and elapsed time on stderr; colbert-ai's own output goes to
     ``colbert.log`` in the index either way.
     """
-    from ambiqa.retrieval.checkpoint import checkpoint_info, identity_checkpoint
 
     check_name(name)
     if nbits not in (1, 2, 4, 8):
@@ -119,7 +120,6 @@ def build(passages: Iterable[Passage] | str | os.PathLike[str], index_root: Path
             "text_format": "title | text",
         }
         # size + sha256 of each file, checked on open (issue 33; the log is appended to later)
-        from ambiqa.retrieval.integrity import FILES_KEY, record_files
 
         manifest[FILES_KEY] = record_files(tmp, {MANIFEST, LOG_FILE})
         atomic_write_json(tmp / MANIFEST, manifest)  # last: only now is the build complete

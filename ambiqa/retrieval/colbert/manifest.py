@@ -14,8 +14,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ambiqa.data.corpus import iter_corpus as _iter_corpus
 from ambiqa.errors import ConfigError, DataError, RetrievalIndexError
 from ambiqa.jsonio import read_json
+from ambiqa.retrieval.integrity import verify_files
 from ambiqa.types import Passage
 
 MANIFEST = "ambiqa_manifest.json"
@@ -36,8 +38,6 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def iter_corpus(path: str | os.PathLike[str]) -> Iterator[Passage]:
     """Stream a corpus JSONL file as passages (the data layer's validating reader)."""
-    from ambiqa.data.corpus import iter_corpus as _iter_corpus
-
     return _iter_corpus(Path(path).expanduser())
 
 
@@ -121,8 +121,6 @@ def read_manifest(index_dir: str | os.PathLike[str]) -> dict[str, Any]:
     data = read_json(path, error=RetrievalIndexError, what="index manifest",
                      hint=f"rebuild the index: {rebuild_hint(name)}")
     manifest = validate_manifest(data, index_dir)
-    from ambiqa.retrieval.integrity import verify_files
-
     verify_files(index_dir, manifest, "colbert")  # size + sha256 of each file (issue 33)
     return manifest
 

@@ -34,6 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError, RetrievalIndexError
+from ambiqa.paths import cache_root
+from ambiqa.retrieval.colbert.devices import (
+    compute_kmeans_on_gpu,
+    faiss_has_gpu,
+    run_config_kwargs,
+    visible_gpus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +64,6 @@ def import_colbert() -> None:
     with _IMPORT_LOCK:
         if _IMPORTED:
             return
-        from ambiqa.paths import cache_root
-
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_root() / "torch_extensions"))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -215,12 +220,6 @@ def colbert_fixes(kmeans_share: float | None = None) -> Iterator[None]:
     CollectionIndexer._save_plan = _save_plan
     import colbert.indexing.collection_indexer as collection_indexer
 
-    from ambiqa.retrieval.colbert.devices import (
-        compute_kmeans_on_gpu,
-        faiss_has_gpu,
-        visible_gpus,
-    )
-
     kmeans = collection_indexer.compute_faiss_kmeans
     if visible_gpus() and not faiss_has_gpu():  # GPU k-means where faiss has no GPU
         collection_indexer.compute_faiss_kmeans = compute_kmeans_on_gpu
@@ -267,7 +266,6 @@ def run_indexer(checkpoint: Path, index_dir: Path, tsv: Path, nbits: int, doc_ma
     from colbert.indexer import Indexer
     from colbert.infra import ColBERTConfig, Run, RunConfig
 
-    from ambiqa.retrieval.colbert.devices import run_config_kwargs
 
     run_config = RunConfig(**run_config_kwargs(  # the GPUs torch sees, else the CPU
         nranks, root=str(index_dir), experiment="colbert-run", index_root=str(index_dir.parent)))

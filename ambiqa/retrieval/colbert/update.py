@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ambiqa.errors import RetrievalIndexError
+from ambiqa.fsutil import atomic_write_json
 from ambiqa.jsonio import read_json
 from ambiqa.retrieval.colbert.manifest import COLLECTION, LOG_FILE
 from ambiqa.retrieval.colbert.retriever import ColBERTRetriever
@@ -51,8 +53,6 @@ def copy_index(src: Path, dst: Path) -> None:
     file the updater or :func:`append_passages` writes in place (the metadata, the IVF, the
     last chunk, the collection, the log), a hard link for the rest (centroids, buckets, earlier
     chunks: only read), so a large index is not copied whole. Hidden files are left out."""
-    from ambiqa.errors import RetrievalIndexError
-
     meta = read_json(src / "metadata.json", error=RetrievalIndexError)
     last = int(meta["num_chunks"]) - 1
     written = {"metadata.json", "ivf.pid.pt", COLLECTION, LOG_FILE, f"{last}.codes.pt",
@@ -101,8 +101,6 @@ def append_passages(index_dir: Path, manifest: dict[str, Any], old: Sequence[Pas
 def _fix_metadata(index_dir: Path, n_passages: int) -> None:
     """``num_embeddings`` and ``avg_doclen`` from the chunks' doclens (persist_to_disk adds the
     total to the old count)."""
-    from ambiqa.errors import RetrievalIndexError
-    from ambiqa.fsutil import atomic_write_json
 
     meta = read_json(index_dir / "metadata.json", error=RetrievalIndexError)
     total = 0
