@@ -26,10 +26,12 @@ _os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 _os.environ.setdefault("DSPY_CACHEDIR", str(_cache_root() / "dspy"))
 
+from ambiqa.programs.registry import PROGRAMS as _PROGRAMS  # noqa: E402  (light: names only)
 from ambiqa.version import __version__  # noqa: E402  (after the environment defaults)
 
 #: public name -> "module:attribute", imported on first access (``import ambiqa`` stays light:
-#: no DSPy, torch or network until a name is used)
+#: no DSPy, torch or network until a name is used). The program classes come from the
+#: program registry (``ambiqa/programs/registry.py``), the one place they are listed.
 _LAZY: dict[str, str] = {
     # the verbs (ambiqa.api)
     "index": "ambiqa.api.indexing:index",
@@ -51,16 +53,8 @@ _LAZY: dict[str, str] = {
     "TuneConfig": "ambiqa.optimizers.tune:TuneConfig",
     "TuneEorSettings": "ambiqa.api.eor:TuneEorSettings",
     "TuneEorResult": "ambiqa.api.eor:TuneEorResult",
-    # the programs
-    "ClosedBook": "ambiqa.programs.closed_book:ClosedBook",
-    "VanillaRAG": "ambiqa.programs.vanilla_rag:VanillaRAG",
-    "QueryRefinementClosedBook": "ambiqa.programs.query_refinement:QueryRefinementClosedBook",
-    "Diva": "ambiqa.programs.diva:Diva",
-    "TreeOfClarifications": "ambiqa.programs.toc:TreeOfClarifications",
-    "VerDICt": "ambiqa.programs.verdict:VerDICt",
-    "ReSP": "ambiqa.programs.resp:ReSP",
-    "IRCoT": "ambiqa.programs.ircot:IRCoT",
-    "EoR": "ambiqa.programs.eor:EoR",
+    # the programs: each registered class by its own name (Diva, VerDICt, ...)
+    **{target.rpartition(":")[2]: target for target in _PROGRAMS.values()},
     "AmbiqaProgram": "ambiqa.programs.base:AmbiqaProgram",
     "build": "ambiqa.programs.registry:build_program",
     "PROGRAMS": "ambiqa.programs.registry:PROGRAMS",

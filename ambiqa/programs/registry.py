@@ -1,9 +1,15 @@
-"""Program names → classes, with a helpful error for typos."""
+"""Program names → classes, with a helpful error for typos.
+
+The one list of programs: ``ambiqa``'s top-level names (``ambiqa.Diva``, ...) are built from
+:data:`PROGRAMS`, the CLI's ``--help`` from :data:`SUMMARIES`. The table holds ``"module:Class"``
+strings so that reading it imports no program (and no DSPy): ``import ambiqa`` reads it.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from typing import Any
 
 from ambiqa.errors import ConfigError
 
@@ -46,7 +52,7 @@ def program_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def build_program(name: str, retriever=None, **config):
+def build_program(name: str, retriever: Any = None, **config: Any) -> Any:
     """Instantiate a program by name; unknown config keys are an error, not ignored."""
     cls = program_class(name)
     try:
