@@ -223,7 +223,13 @@ def _count(retriever: Any) -> int:
     manifest = getattr(retriever, "manifest", None)
     if isinstance(manifest, dict) and "n_passages" in manifest:
         return int(manifest["n_passages"])
-    return len(getattr(retriever, "passages", []) or [])
+    passages = getattr(retriever, "passages", None)
+    if passages is not None:
+        return len(passages)
+    try:
+        return len(retriever)  # a shard set counts its shards' passages
+    except TypeError:
+        return 0
 
 
 def _sharded(cfg: IndexSettings, kind: RetrieverKind, options: BuildOptions, root: Path,

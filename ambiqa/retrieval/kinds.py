@@ -107,6 +107,8 @@ class RetrieverKind:
     # ---- the hooks, resolved on first call ---------------------------------------------------
     def build(self, passages: Iterable[Any], root: Path, name: str,
               options: BuildOptions | None = None) -> Any:
+        """Build and commit ``root/name`` from ``passages`` (an iterable: a kind that streams,
+        like ColBERT, never holds the corpus in memory)."""
         return _call(self.builder, passages, root, name, self.prepare(options))
 
     def prepare(self, options: BuildOptions | None = None) -> BuildOptions:
@@ -115,9 +117,13 @@ class RetrieverKind:
         return _call(self.defaults, options) if self.defaults else options
 
     def open(self, root: Path, name: str) -> Any:
+        """The retriever over ``root/name`` (one index, not a shard set: the factory opens
+        those through :class:`~ambiqa.retrieval.sharded.ShardedRetriever`)."""
         return _call(self.opener, Path(root), name)
 
     def check(self, index_dir: Path, corpus: str | os.PathLike[str] | None = None) -> str:
+        """``ambiqa doctor``'s detail for ``index_dir``; a kind without a checker is checked by
+        opening the index (which verifies what the kind's loader verifies)."""
         if self.checker is None:
             self.open(index_dir.parent, index_dir.name)
             return f"{self.name}, opens"
@@ -129,6 +135,7 @@ class RetrieverKind:
 
     def add(self, index_dir: Path, passages: list[Any], replace: bool, source: str,
             encoder: Any = None) -> Any:
+        """Add ``passages`` to ``index_dir`` (the caller holds the index's lock)."""
         if self.adder is None:
             raise RetrievalIndexError(f"passages cannot be added to a {self.name} index",
                                       hint=f"rebuild it with the new passages: ambiqa index "
@@ -136,10 +143,12 @@ class RetrieverKind:
         return _call(self.adder, index_dir, passages, replace, source, encoder)
 
     def check_shards(self, index_name: str, shards: list[Any]) -> None:
+        """Refuse shards whose scores would not compare (a merge by score would be wrong)."""
         if self.shard_check is not None:
             _call(self.shard_check, index_name, shards)
 
     def describe_build(self, retriever: Any) -> str | None:
+        """What ``ambiqa index`` prints after ``indexed`` (None: the kind says nothing more)."""
         return str(_call(self.built, retriever)) if self.built else None
 
 

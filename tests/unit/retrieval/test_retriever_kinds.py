@@ -146,7 +146,7 @@ def test_shards_of_a_shardable_kind_build_and_search_as_one(toy, corpus, tmp_pat
     assert isinstance(opened, ShardedRetriever) and opened.kind == "toy" and len(opened) == 4
     assert {type(s) for s in opened.shards} == {ToyRetriever}
     assert opened.search("north of France", 1)[0].id == "lille"
-    assert built.kind == "toy"
+    assert built.kind == "toy" and built.n_passages == 4  # a shard set counts its shards
 
 
 def test_a_kind_that_says_why_it_cannot_shard_is_refused_with_its_reason(monkeypatch):
