@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+import ambiqa.signatures as pkg
+from ambiqa.evaluation.metrics import normalize_answer
+from ambiqa.lm import ResilientEngine
 from ambiqa.retrieval.base import InMemoryRetriever, TimedSearch, check_query
 from ambiqa.types import Passage, SharedResource
 
@@ -168,8 +171,6 @@ def _instructions_for(name: str) -> str:
     import importlib
     import pkgutil
 
-    import ambiqa.signatures as pkg
-
     for info in pkgutil.iter_modules(pkg.__path__):
         mod = importlib.import_module(f"ambiqa.signatures.{info.name}")
         cls = getattr(mod, name, None)
@@ -192,8 +193,6 @@ def scripted_lm(handlers: Mapping[str, Handler], *, delay_s: float = 0.0,
 
     engine: Any = ScriptedEngine(handlers, delay_s=delay_s, default=default)
     if policy is not None:
-        from ambiqa.lm import ResilientEngine
-
         engine = ResilientEngine(engine, policy, model="scripted/fake",
                                  **({"sleep": sleep} if sleep is not None else {}))
     return dspy.LM("scripted/fake", engine=engine, cache=cache, num_retries=0)
@@ -263,8 +262,6 @@ def plain_words(text: str) -> list[str]:
 
 def answer_words(text: str) -> list[str]:
     """The tokens of SQuAD answer normalisation (what the EM/F1 metrics compare)."""
-    from ambiqa.evaluation.metrics import normalize_answer
-
     return normalize_answer(text).split()
 
 

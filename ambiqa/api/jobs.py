@@ -25,7 +25,38 @@ from typing import Any
 from ambiqa.api.indexing import settings_from
 from ambiqa.api.loader import open_program, read_program_file
 from ambiqa.api.targets import Target, check_target, is_file_target, resolve
-from ambiqa.errors import ConfigError
+from ambiqa.checks import check_int
+from ambiqa.data import load_dataset, metrics_for, parse_spec
+from ambiqa.data.loaders.common import make_example
+from ambiqa.data.specs import ALIASES, DATASETS, PLAIN
+from ambiqa.errors import ConfigError, DataError
+from ambiqa.evaluation.reader import make_reader as _make_reader
+from ambiqa.evaluation.reader import reader_identity, stand_in_note
+from ambiqa.evaluation.registry import (
+    NEEDS_READER,
+    canonical_name,
+    dspy_metric,
+    get_metric,
+    judge_name,
+    with_set_parts,
+)
+from ambiqa.evaluation.reports.report import write_run_report
+from ambiqa.evaluation.runs.parts import part_of
+from ambiqa.evaluation.runs.runner import RunSpec, check_run_dir, ensure_writable_dir
+from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
+from ambiqa.fsutil import atomic_write_text
+from ambiqa.lm import configure, lm_id, make_lm
+from ambiqa.optimizers.artifact import save_artifact
+from ambiqa.optimizers.budget import Budget
+from ambiqa.optimizers.compile import compile_program
+from ambiqa.optimizers.export import export_prompts, render
+from ambiqa.optimizers.manifest import Manifest
+from ambiqa.optimizers.recipes import check_teleprompter, get_recipe, usable_examples
+from ambiqa.optimizers.splits import check_training_data
+from ambiqa.optimizers.tune import TuneConfig
+from ambiqa.optimizers.tune import tune as run_tune
+from ambiqa.programs.registry import program_class
+from ambiqa.retrieval.factory import describe
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +66,6 @@ log = logging.getLogger(__name__)
 def use_lm(lm: Any) -> Any:
     """Configure ``lm`` (an LM or a spec) with ambiqa tracing; None keeps DSPy's current LM."""
     import dspy
-
-    from ambiqa.lm import configure, make_lm
 
     if lm is None:
         if dspy.settings.get("lm") is None:
@@ -57,17 +86,12 @@ def data_spec(data: Any) -> str | None:
 
 def _bare_path(text: str) -> bool:
     name = text.split(":", 1)[0].lower()
-    from ambiqa.data.specs import ALIASES, DATASETS, PLAIN
-
     known = name in DATASETS or name in ALIASES or name in ("demo", PLAIN)
     return not known and text.lower().endswith((".jsonl", ".jsonl.gz", ".ndjson"))
 
 
 def load_data(data: Any) -> tuple[list[Any], str | None]:
     """``(examples, spec)`` for a spec, a question-file path or a list of examples/dicts."""
-    from ambiqa.data import load_dataset
-    from ambiqa.data.loaders.common import make_example
-
     spec = data_spec(data)
     if spec is not None:
         return load_dataset(spec), spec
@@ -84,9 +108,6 @@ def load_data(data: Any) -> tuple[list[Any], str | None]:
 
 def metric_names(metrics: Any, examples: list[Any]) -> list[str]:
     """Canonical metric names (DR brings its parts); None: the ones the data's fields allow."""
-    from ambiqa.data import metrics_for
-    from ambiqa.evaluation.registry import canonical_name, get_metric, with_set_parts
-
     if metrics is None:
         names = metrics_for(examples)
     else:
@@ -101,8 +122,6 @@ def metric_names(metrics: Any, examples: list[Any]) -> list[str]:
 
 def metric_fns(names: list[str], reader: Any) -> dict[str, Any]:
     import functools
-
-    from ambiqa.evaluation.registry import get_metric, with_set_parts
 
     return {name: functools.partial(get_metric(name), reader=reader)
             for name in with_set_parts(list(names))}
@@ -139,8 +158,6 @@ class EvaluateSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
-        from ambiqa.checks import check_int
-
         check_int("threads", self.threads, 1)
         if self.timeout_s is not None and not 0 < self.timeout_s < float("inf"):
             # not "<= 0": nan passes that test and inf overflows the timer (issue 42)
@@ -175,8 +192,6 @@ def _check_not_empty(examples: list[Any], label: str | None) -> None:
     """Refuse data with no example: scoring nothing gave metrics ``nan`` and exit 0, a
     result that looks like one (issue 42)."""
     if not examples:
-        from ambiqa.errors import DataError
-
         raise DataError(f"{label or 'the data'} holds no examples: nothing to evaluate",
                         hint="check the file (one JSON object per line) or the :N in the spec")
 
@@ -191,11 +206,6 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     not an LM load, and never touches results already written. ``make_lm``: builds the LM
     only once those checks passed (the CLI loads its model this way).
     """
-    from ambiqa.evaluation.registry import judge_name
-    from ambiqa.evaluation.reports.report import write_run_report
-    from ambiqa.evaluation.runs.runner import RunSpec, check_run_dir, ensure_writable_dir
-    from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
-
     cfg = settings_from(settings, EvaluateSettings, overrides)
     cfg.check()
     check_target(target)
@@ -203,8 +213,6 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     _check_not_empty(examples, spec_text)
     extra = dict(cfg.extra)
     if cfg.part:
-        from ambiqa.evaluation.runs.parts import part_of
-
         examples, part = part_of(examples, cfg.part)
         extra.update(part)
         _check_not_empty(examples, f"{spec_text or 'the data'}, part {cfg.part},")
@@ -238,9 +246,6 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
                         index_root=cfg.index_root, config=config or None)
     use_lm(make_lm() if make_lm is not None and lm is None else lm)
     reader = make_reader(cfg.reader)
-    from ambiqa.evaluation.reader import reader_identity, stand_in_note
-    from ambiqa.evaluation.registry import NEEDS_READER
-
     if NEEDS_READER & set(names):
         extra = {**extra, "reader_identity": reader_identity(reader)}
         note = stand_in_note(reader, explicit=bool(cfg.reader))
@@ -261,8 +266,6 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
 
 
 def make_reader(checkpoint: str | None) -> Any:
-    from ambiqa.evaluation.reader import make_reader as _make_reader
-
     return _make_reader(checkpoint)
 
 
@@ -276,8 +279,6 @@ def _program_defaults(label: str) -> dict[str, Any] | None:
     """The defaults of the settings of the program ``label`` names (its config class), for a
     resume's comparison with a ``run.json`` written before a setting existed; None for an
     artifact or an unknown name."""
-    from ambiqa.programs.registry import program_class
-
     try:
         return program_class(label).config_class().to_dict()
     except Exception:  # an artifact path or a program object's odd name: compare as stored
@@ -358,17 +359,6 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     and questions shared with ``dev`` are refused (``allow_eval_splits`` is for research only
     and is recorded in the manifest).
     """
-    from ambiqa.evaluation.registry import dspy_metric
-    from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
-    from ambiqa.lm import lm_id
-    from ambiqa.optimizers.artifact import save_artifact
-    from ambiqa.optimizers.budget import Budget
-    from ambiqa.optimizers.compile import compile_program
-    from ambiqa.optimizers.manifest import Manifest
-    from ambiqa.optimizers.recipes import check_teleprompter, get_recipe, usable_examples
-    from ambiqa.optimizers.splits import check_training_data
-    from ambiqa.retrieval.factory import describe
-
     if train is not None:
         overrides["train"] = train
     cfg = settings_from(settings, CompileSettings, overrides)
@@ -379,13 +369,9 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     train_data = cfg.train if cfg.train is not None else recipe.train
     spec = data_spec(train_data)
     if spec is not None:
-        from ambiqa.data import parse_spec
-
         parse_spec(spec)  # a bad spec fails before any model loads
         check_training_data(spec=spec, allow_eval_splits=cfg.allow_eval_splits)
     if isinstance(cfg.dev, str):
-        from ambiqa.data import parse_spec
-
         parse_spec(data_spec(cfg.dev) or cfg.dev)
     if isinstance(program, str):
         found = resolve(program, retriever=retriever, index=cfg.index,
@@ -399,9 +385,6 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     trainset = usable_examples(examples, recipe, metric, spec or "the training examples")
     devset, dev_spec = load_data(cfg.dev) if cfg.dev is not None else (None, None)
     say = console.print if console is not None else log.info
-    from ambiqa.evaluation.reader import stand_in_note
-    from ambiqa.evaluation.registry import NEEDS_READER
-
     note = stand_in_note(reader, explicit=bool(cfg.reader)) if metric in NEEDS_READER else None
     if note:
         say(note)
@@ -476,11 +459,6 @@ def tune(program: str, settings: Any = None, *, lm: Any = None, retriever: Any =
     :class:`~ambiqa.optimizers.tune.TuneResult`; the best trial is written to ``out``.
     ``reader``: the D-F1 reader, an object or a spec (None: the default reader).
     """
-    from ambiqa.evaluation.registry import dspy_metric
-    from ambiqa.optimizers.recipes import get_recipe
-    from ambiqa.optimizers.tune import TuneConfig
-    from ambiqa.optimizers.tune import tune as run_tune
-
     overrides.setdefault("program", program)
     recipe = get_recipe(program)
     if settings is None:
@@ -489,11 +467,7 @@ def tune(program: str, settings: Any = None, *, lm: Any = None, retriever: Any =
     cfg = settings_from(settings, TuneConfig, overrides)
     cfg.check(recipe)
     spec = data_spec(cfg.train) or cfg.train
-    from ambiqa.optimizers.splits import check_training_data
-
     check_training_data(spec=spec, allow_eval_splits=cfg.allow_eval_splits)
-    from ambiqa.programs.registry import program_class
-
     cls = program_class(program)
     if retriever is None and getattr(cls, "needs_retriever", True):
         raise ConfigError(f"program {program!r} needs a retriever",
@@ -531,8 +505,6 @@ def export(target: Any, settings: ExportSettings | None = None, **overrides: Any
     ``target``: an artifact, a saved program, a program object, or a bare program name (its
     uncompiled, zero-shot prompts, marked as such).
     """
-    from ambiqa.optimizers.export import export_prompts, render
-
     cfg = settings_from(settings, ExportSettings, overrides)
     if cfg.format not in ("md", "json", "jinja"):
         raise ConfigError(f"unknown export format {cfg.format!r}", hint="md, json or jinja")
@@ -541,8 +513,6 @@ def export(target: Any, settings: ExportSettings | None = None, **overrides: Any
     text = render(prompts, cfg.format, manifest=found.manifest)
     path = None
     if cfg.out is not None:
-        from ambiqa.fsutil import atomic_write_text
-
         path = Path(cfg.out)
         atomic_write_text(path, text)
     return ExportResult(text, prompts, dict(found.manifest or {}), path)

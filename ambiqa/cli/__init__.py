@@ -17,7 +17,16 @@ import os
 import sys
 from contextlib import nullcontext
 
-from ambiqa.cli import eval_cmds, optimize_cmds, reader_cmds, retrieval_cmds, run_cmds, scale_cmds
+from ambiqa.cli import (
+    catalog,
+    eval_cmds,
+    optimize_cmds,
+    reader_cmds,
+    retrieval_cmds,
+    run_cmds,
+    scale_cmds,
+    serve_cmds,
+)
 from ambiqa.cli.notes import LIVE_WARNINGS, folded_dspy_warnings
 from ambiqa.errors import AmbiqaError
 
@@ -32,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (retrieval_cmds, optimize_cmds, eval_cmds, run_cmds, reader_cmds, scale_cmds):
         module.register(sub)
-    from ambiqa.cli import catalog, serve_cmds  # their own line: the import above is full
-
     serve_cmds.register(sub)
     catalog.add_listings(parser, sub)  # the programs and optimizers, one line each
     return parser

@@ -10,6 +10,7 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.jsonio import MAX_DEPTH, depth_ok
+from ambiqa.programs.registry import program_class
 
 
 def make_console():
@@ -102,8 +103,6 @@ def program_or_artifact(args: argparse.Namespace, target: str | None) -> Any:
     :func:`ambiqa.api.targets.resolve` (the one place that decides). ``--index`` replaces the
     index a file records; a file otherwise opens its own."""
     from ambiqa.api.targets import is_file_target, resolve
-    from ambiqa.programs.registry import program_class
-
     name = target or "vanilla_rag"
     if is_file_target(name):  # the one loader: read once, then the index (--index or its own)
         return resolve(name, index=getattr(args, "index", None) or None,

@@ -24,11 +24,21 @@ from ambiqa.cli.common import (
     lm_from_args,
     make_console,
     program_config,
+    program_or_artifact,
     reader_from_args,
     retriever_from_args,
 )
 from ambiqa.errors import ConfigError
-from ambiqa.optimizers.recipes import TELEPROMPTERS, TUNE_TELEPROMPTERS
+from ambiqa.fsutil import atomic_write_text
+from ambiqa.optimizers.demo_plan import parse_plan
+from ambiqa.optimizers.recipes import (
+    TELEPROMPTERS,
+    TUNE_TELEPROMPTERS,
+    get_recipe,
+    split_train,
+    usable_examples,
+)
+from ambiqa.programs.registry import build_program, program_class
 
 
 def _require_training(spec: str, allow_eval_splits: bool = False) -> None:
@@ -76,9 +86,6 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
     from ambiqa.data import load_dataset
     from ambiqa.evaluation.registry import dspy_metric
     from ambiqa.optimizers.estimate import estimate, sample_cost
-    from ambiqa.optimizers.recipes import get_recipe, split_train, usable_examples
-    from ambiqa.programs.registry import build_program
-
     program = build_program(program_name, retriever=retriever, **config)
     trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
                                train_spec)
@@ -111,8 +118,6 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
 def _choice_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The demo-plan and selection flags as :class:`ambiqa.api.CompileSettings` fields,
     parsed now so a bad plan fails before any model loads."""
-    from ambiqa.optimizers.demo_plan import parse_plan
-
     parse_plan(args.demos, default_k=args.k)
     candidates = None
     if args.candidates is not None:
@@ -124,9 +129,6 @@ def _choice_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from ambiqa.optimizers.recipes import get_recipe
-    from ambiqa.programs.registry import program_class
-
     cls = program_class(args.program)
     recipe = get_recipe(args.program)
     train = args.train or recipe.train
@@ -167,10 +169,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ambiqa.optimizers.recipes import get_recipe
     from ambiqa.optimizers.tune import TuneConfig
-    from ambiqa.programs.registry import program_class
-
     cls = program_class(args.program)
     recipe = get_recipe(args.program)
     train = args.train or recipe.train
@@ -243,8 +242,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     program, manifest = load_for_export(args.artifact, with_manifest=True)
     text = render(export_prompts(program), args.format, manifest=manifest)
     if args.out:
-        from ambiqa.fsutil import atomic_write_text
-
         atomic_write_text(Path(args.out), text)
         print(f"wrote {args.out}")
     else:
@@ -256,7 +253,6 @@ def _verify(args: argparse.Namespace) -> int:
     """Run the program on a few questions; for each predictor call check that the messages
     DSPy sent equal the exported prompt filled in (exact text), then send the filled export
     straight to the LM and compare parsed outputs."""
-    from ambiqa.cli.common import program_or_artifact
     from ambiqa.data import load_dataset
     from ambiqa.optimizers.export import capture_inputs, verify_export
 

@@ -16,6 +16,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from ambiqa.errors import ConfigError
+from ambiqa.jsonio import read_json
+
 
 def cmd_reader_train(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.extractive import readers_dir
@@ -49,13 +52,10 @@ def cmd_reader_train(args: argparse.Namespace) -> int:
 
 
 def cmd_reader_finish(args: argparse.Namespace) -> int:
-    from ambiqa.errors import ConfigError
     from ambiqa.evaluation.extractive import readers_dir
     from ambiqa.reader_training import finish_from_device
 
     src = Path(args.device_out).expanduser()
-    from ambiqa.jsonio import read_json
-
     summary = read_json(src / "summary.json", error=ConfigError,
                         hint="give the output directory of benchmarks/reader_gpu_train.py")
     if not isinstance(summary, dict):

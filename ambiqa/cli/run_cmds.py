@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import ambiqa
 from ambiqa.cli.common import (
     INDEX_ROOT_HELP,
     PROGRAM_CONFIG_HELP,
@@ -20,6 +21,7 @@ from ambiqa.cli.common import (
 )
 from ambiqa.cli.optimize_cmds import compile_and_save, load_for_export
 from ambiqa.errors import AmbiqaError
+from ambiqa.fsutil import atomic_write_text
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -54,7 +56,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded default: index, compile, export, load, ask."""
-    import ambiqa
     from ambiqa.data import demo_corpus_path, load_dataset
     from ambiqa.evaluation.reader import make_reader
     from ambiqa.optimizers.export import export_prompts, render
@@ -90,8 +91,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # 4. export
     prompts_path = out_dir / "demo-vanilla_rag.prompts.md"
     program, manifest = load_for_export(str(artifact), with_manifest=True)  # read once
-    from ambiqa.fsutil import atomic_write_text
-
     atomic_write_text(prompts_path, render(export_prompts(program), "md", manifest=manifest))
     console.print(f"4/5 exported prompts to [bold]{prompts_path}[/bold]")
     # 5. load + ask

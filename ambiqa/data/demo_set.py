@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dspy
 
+from ambiqa.data.loaders import load_asqa
 from ambiqa.errors import ConfigError
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
@@ -27,8 +28,6 @@ def demo_corpus_path() -> Path:
 
 def load_demo(split: str = "train") -> list[dspy.Example]:
     """The demo questions of one split (``train`` or ``dev``) as ASQA-style examples."""
-    from ambiqa.data.loaders import load_asqa
-
     if split not in ("train", "dev"):
         raise ConfigError(f"unknown demo split {split!r}; choose one of: train, dev")
     return load_asqa(demo_questions_path(), section=split)

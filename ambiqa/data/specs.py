@@ -29,6 +29,7 @@ from pathlib import Path
 
 import dspy
 
+from ambiqa.data.demo_set import demo_questions_path
 from ambiqa.data.loaders import FORMATS
 from ambiqa.errors import ConfigError, DataError
 
@@ -208,8 +209,6 @@ def default_data_root() -> Path | None:
 def resolve_path(spec: DatasetSpec, data_root: Path | None = None) -> tuple[Path, str | None]:
     """The file (and part inside it) a spec reads; a missing file is a DataError naming it."""
     if spec.name == "demo":
-        from ambiqa.data.demo_set import demo_questions_path
-
         return demo_questions_path(), spec.split
     if spec.path is not None:
         path = Path(spec.path).expanduser()

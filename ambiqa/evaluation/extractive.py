@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ModelError
+from ambiqa.fsutil import sha256_file
 from ambiqa.jsonio import read_json
 from ambiqa.paths import cache_root
 from ambiqa.text import PUNCTUATION as _PUNCT  # one SQuAD fold for scoring and labels
@@ -298,8 +299,6 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     """Manifest + sha256 check of the weights; returns the manifest."""
-    from ambiqa.fsutil import sha256_file
-
     path = Path(path).expanduser()
     manifest = read_manifest(path)
     weights = path / WEIGHTS_NAME

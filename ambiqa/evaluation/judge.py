@@ -27,6 +27,9 @@ from typing import Any, ClassVar
 import dspy
 
 from ambiqa.errors import ConfigError
+from ambiqa.lm import lm_id
+from ambiqa.lm.failures import lm_failure_in
+from ambiqa.signatures.verification import VerifyInterpretation
 from ambiqa.tracing import record_event
 
 
@@ -87,15 +90,11 @@ class _LMJudgeBase:
 
     @property
     def name(self) -> str:
-        from ambiqa.lm import lm_id
-
         lm = self.lm if self.lm is not None else dspy.settings.lm
         return f"{self.kind}:{lm_id(lm) if lm is not None else 'unconfigured'}"
 
     def _ask(self, predictor: Any, field: str, key: tuple[str, ...], **inputs: str) -> bool:
         from dspy.utils.exceptions import AdapterParseError
-
-        from ambiqa.lm import lm_id
 
         lm = self._active_lm()
         if lm is not self._memo_lm:  # verdicts belong to one LM: a new LM starts afresh
@@ -111,8 +110,6 @@ class _LMJudgeBase:
                 pred = predictor(**inputs)
             verdict = _as_bool(getattr(pred, field, False))
         except (AdapterParseError, ValueError) as exc:
-            from ambiqa.lm.failures import lm_failure_in
-
             # an LM that gave no reply fails the question (issue 33); only a reply that
             # does not parse is scored as no answer
             if (cause := lm_failure_in(exc.__cause__ or exc.__context__)) is not None:
@@ -140,8 +137,6 @@ class LMGroundingJudge(_LMJudgeBase):
     kind = "lm-judge"
 
     def __init__(self, lm: Any = None, memo_size: int = 4096) -> None:
-        from ambiqa.signatures.verification import VerifyInterpretation
-
         super().__init__(lm, memo_size)
         self.verify = dspy.Predict(VerifyInterpretation)
 

@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ambiqa.errors import ConfigError, ModelError
+from ambiqa.evaluation import extractive as ex
+from ambiqa.lm import lm_id
+from ambiqa.lm.failures import lm_failure_in
+from ambiqa.signatures.answering import ReadShortAnswer
 from ambiqa.tracing import record_event
 from ambiqa.types import SharedResource
 
@@ -121,8 +125,6 @@ class LMReader:
     def __init__(self, lm: Any = None) -> None:
         import dspy
 
-        from ambiqa.signatures.answering import ReadShortAnswer
-
         self.lm = lm if lm is not None else dspy.settings.lm
         self.read = dspy.Predict(ReadShortAnswer)
 
@@ -133,8 +135,6 @@ class LMReader:
 
     @property
     def name(self) -> str:
-        from ambiqa.lm import lm_id
-
         lm = self._active_lm()
         return f"lm-reader:{lm_id(lm) if lm is not None else 'unconfigured'}"
 
@@ -153,8 +153,6 @@ class LMReader:
             with dspy.context(lm=lm, trace=None):
                 pred = self.read(question=question, context=context)
         except (AdapterParseError, ValueError) as exc:
-            from ambiqa.lm.failures import lm_failure_in
-
             # an LM that gave no reply fails the question (issue 33); only a reply that
             # does not parse is scored as no answer
             if (cause := lm_failure_in(exc.__cause__ or exc.__context__)) is not None:
@@ -185,8 +183,6 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
     A missing or corrupt checkpoint raises ModelError naming the path and the command that
     builds it.
     """
-    from ambiqa.evaluation import extractive as ex
-
     spec = "" if checkpoint is None else str(checkpoint).strip()
     if spec.lower() == "lm":
         return LMReader(lm)

@@ -29,6 +29,7 @@ from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
 from ambiqa.lm.redact import endpoint_host, install_log_redaction, redact, register_secret
 from ambiqa.lm.resilience import CACHE_IDENTITY_KEY, ResilientEngine, RetryPolicy
+from ambiqa.tracing import TraceCallback, UsageTap, default_callback
 
 _ENGINES: dict[tuple, XLlamaEngine] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -188,8 +189,6 @@ def make_lm(spec: str | None = None, *, api_base: str | None = None,
 
 def trace_callback() -> Any:
     """The process-wide :class:`ambiqa.tracing.TraceCallback` (created once)."""
-    from ambiqa.tracing import default_callback  # one instance, whoever installs it
-
     return default_callback()
 
 
@@ -201,8 +200,6 @@ def configure(lm: Any, **settings: Any) -> Any:
     ``dspy.configure``. A usage tracker already installed keeps receiving every usage.
     """
     import dspy
-
-    from ambiqa.tracing import TraceCallback, UsageTap
 
     callbacks = list(settings.pop("callbacks", dspy.settings.get("callbacks") or []))
     if not any(isinstance(cb, TraceCallback) for cb in callbacks):

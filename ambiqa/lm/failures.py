@@ -18,6 +18,8 @@ exc``), :func:`lm_failure_in` still finds it in the exception's cause chain.
 from __future__ import annotations
 
 from ambiqa.errors import LMUnavailableError
+from ambiqa.lm.redact import redact
+from ambiqa.lm.resilience import _transient
 
 #: how far along ``__cause__`` / ``__context__`` an LM error is looked for
 _CHAIN_DEPTH = 8
@@ -46,8 +48,6 @@ def lm_failure_in(exc: BaseException | None) -> BaseException | None:
 
 def failure_kind(exc: BaseException) -> str:
     """A short class name for an LM failure: "connection", "timeout", "server_error", ..."""
-    from ambiqa.lm.resilience import _transient
-
     kind = _transient(exc)
     if kind:
         return kind
@@ -57,8 +57,6 @@ def failure_kind(exc: BaseException) -> str:
 
 def lm_unavailable(step: str, exc: BaseException) -> LMUnavailableError:
     """The question-failing error for LM error ``exc`` raised inside ``step``."""
-    from ambiqa.lm.redact import redact
-
     kind = failure_kind(exc)
     # redacted before the message is cut: a key cut in two would no longer match its value
     return LMUnavailableError(

@@ -40,9 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.evaluation.runs.run_dir import json_depth_ok
 from ambiqa.fsutil import atomic_write_json
+from ambiqa.lm import configure
 from ambiqa.optimizers.manifest import OPTIONAL_KEYS, REQUIRED_KEYS, Manifest
+from ambiqa.optimizers.registry import get_teleprompter, teleprompter_names
+from ambiqa.optimizers.splits import guard_warning
+from ambiqa.programs.registry import build_program, program_class
 from ambiqa.retrieval.adding import changes_since
+from ambiqa.retrieval.factory import open_retriever
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +119,6 @@ def save_artifact(path: str | os.PathLike[str], program: Any,
 
 def read_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse and validate an artifact file; raise :class:`ArtifactError` with the reason."""
-    from ambiqa.evaluation.runs.run_dir import json_depth_ok
-
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"artifact not found: {path}",
@@ -285,8 +289,6 @@ def install_optimizer_hooks(program: Any, manifest: dict[str, Any], *,
                             knn_encoder: Any = None) -> None:
     """Re-install run-time behaviour an optimizer left on the program (knn demo selection):
     each registered teleprompter knows its own (:meth:`Teleprompter.install`)."""
-    from ambiqa.optimizers.registry import get_teleprompter, teleprompter_names
-
     opt = manifest.get("optimizer") or {}
     name = opt.get("name")
     if isinstance(name, str) and name in teleprompter_names():
@@ -367,8 +369,6 @@ def check_fingerprint(recorded: Any, retriever: Any, path: Path | str, *,
 def artifact_program_class(manifest: dict[str, Any], path: Path | str) -> Any:
     """The registered class of the program an artifact names (an unknown name is an
     :class:`ArtifactError` naming the file)."""
-    from ambiqa.programs.registry import program_class
-
     try:
         return program_class(manifest["program"])
     except ConfigError as exc:
@@ -384,8 +384,6 @@ def build_artifact_program(doc: dict[str, Any], path: Path | str, *, retriever: 
     Used by every loader, so an artifact becomes the same program whichever loads it.
     ``check_pool=False`` skips the EoR pool check (exporting prompts opens no sources).
     """
-    from ambiqa.programs.registry import build_program
-
     manifest = doc["manifest"]
     config = manifest.get("program_config") or {}
     if not isinstance(config, dict):
@@ -432,20 +430,14 @@ def load_artifact(path: str | os.PathLike[str], *, retriever: Any = None, lm: An
     info = manifest.get("retriever") or {}
     given = retriever is not None
     if retriever is None and getattr(cls, "needs_retriever", True) and info.get("index"):
-        from ambiqa.retrieval.factory import open_retriever
-
         retriever = open_retriever(info)
     if retriever is not None:
         check_fingerprint(info, retriever, path, strict=strict_fingerprint, given=given)
     program = build_artifact_program(doc, path, retriever=retriever, knn_encoder=knn_encoder,
                                      program_kwargs=program_kwargs)
-    from ambiqa.optimizers.splits import guard_warning
-
     loud = guard_warning(manifest)
     if loud:
         log.warning("%s: %s", path, loud)
     if lm is not None:
-        from ambiqa.lm import configure
-
         configure(lm)
     return program

@@ -34,9 +34,12 @@ from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.demo_plan import apply_plan, parse_plan
+from ambiqa.optimizers.knn import KNNPredict
 from ambiqa.optimizers.recipes import check_teleprompter, split_train
 from ambiqa.optimizers.registry import CompileJob, get_teleprompter
 from ambiqa.optimizers.select import INPUT, ZERO_SHOT, Candidate, choose
+from ambiqa.optimizers.signals import accuracy_from_traces, collect_traces, signal_demos
+from ambiqa.optimizers.splits import check_training_data
 from ambiqa.optimizers.teleprompters import (  # re-exported: the demo steps callers use
     SafeMetric,
     apply_labeled,
@@ -107,8 +110,6 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     of it; default for a long-answer program: the writer with no demos and with one gold demo)
     there and ship the best, zero-shot unless something beats it or ``force``
     (:mod:`ambiqa.optimizers.select`)."""
-    from ambiqa.optimizers.splits import check_training_data
-
     check_teleprompter(optimizer)
     check_int("threads", threads, 1)
     if not trainset:
@@ -236,9 +237,6 @@ def _apply_signal(compiled: dspy.Module, trainset: list[Any], metric: SafeMetric
     """One traced pass over the training questions, then demos against each predictor's own
     signal (:func:`ambiqa.optimizers.signals.signal_demos`); a knn program's signalled
     predictors show all of their k signal demos."""
-    from ambiqa.optimizers.knn import KNNPredict
-    from ambiqa.optimizers.signals import accuracy_from_traces, collect_traces, signal_demos
-
     records = collect_traces(compiled, trainset, metric, budget)
     chosen = signal_demos(compiled, records, k, seed=seed)
     for name, predictor in compiled.named_predictors():

@@ -21,6 +21,7 @@ from typing import Any
 import dspy
 
 from ambiqa.programs.base import format_pairs, format_passages
+from ambiqa.programs.resp import format_global, format_local
 from ambiqa.signatures.common import QAPair
 from ambiqa.types import Interpretation, Passage
 
@@ -125,8 +126,6 @@ def short_answer_demo(ex: Any) -> dspy.Example | None:
 
 
 def memories_answer_demo(ex: Any) -> dspy.Example | None:
-    from ambiqa.programs.resp import format_global, format_local
-
     answer, passages = _short_answer(ex), gold_passages(ex)
     if answer is None or not passages:
         return None

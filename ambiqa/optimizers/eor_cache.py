@@ -16,9 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from ambiqa.data import load_dataset
 from ambiqa.errors import ConfigError, DataError
 from ambiqa.evaluation.metrics import exact_match, normalize_answer, token_f1
-from ambiqa.programs.eor import DEFAULT_THRESHOLD, METRICS, POOLINGS
+from ambiqa.evaluation.registry import gold_answers_of
+from ambiqa.evaluation.runs.runner import ResultsFile, example_id
+from ambiqa.optimizers.splits import sources_of
+from ambiqa.programs.eor import DEFAULT_THRESHOLD, METRICS, POOLINGS, EoRConfig
+from ambiqa.retrieval.factory import describe
 
 CACHE_FORMAT = "ambiqa-eor-cache"
 GOLD_METRICS = ("em", "f1", "contains")
@@ -180,8 +185,6 @@ def _row(id_: str, question: str, gold: list[str], pred: dict[str, Any]) -> dict
 def eor_default(name: str) -> Any:
     """The default of EoR's setting ``name`` (:class:`~ambiqa.programs.eor.EoRConfig`, the one
     source of truth)."""
-    from ambiqa.programs.eor import EoRConfig
-
     return getattr(EoRConfig(), name)
 
 
@@ -209,8 +212,6 @@ def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: s
             raise DataError(f"{path} is not an EoR answer cache (format {CACHE_FORMAT})")
         return Cache(doc["rows"], gold_metric, str(path), list(doc.get("members") or []),
                      data_spec=doc.get("data_spec") or data_spec, meta=dict(doc.get("meta") or {}))
-    from ambiqa.evaluation.runs.runner import ResultsFile
-
     run: dict[str, Any] = {}
     if (path.parent / "run.json").is_file():
         try:
@@ -237,10 +238,6 @@ def load_cache(path: str | Path, *, data_spec: str | None = None, gold_metric: s
                 malformed += 1
     gold_by_id: dict[str, list[str]] = {}
     if spec:
-        from ambiqa.data import load_dataset
-        from ambiqa.evaluation.registry import gold_answers_of
-        from ambiqa.evaluation.runs.runner import example_id
-
         for i, ex in enumerate(load_dataset(spec)):
             gold_by_id[example_id(ex, i)] = gold_answers_of(ex)
     rows, errors, empty = [], 0, 0
@@ -278,8 +275,6 @@ def collect_cache(program: Any, examples: list[Any], *, gold_metric: str = "f1",
     The program is copied and its retriever weights cleared and threshold set to 0, so no
     member is skipped (tuning must see every member's answer).
     """
-    from ambiqa.evaluation.registry import gold_answers_of
-
     runner = program.deepcopy()
     runner.retriever_weights = {}
     runner.threshold = 0.0
@@ -292,9 +287,6 @@ def collect_cache(program: Any, examples: list[Any], *, gold_metric: str = "f1",
         if progress is not None:
             progress(i + 1, len(examples))
     import dspy
-
-    from ambiqa.optimizers.splits import sources_of
-    from ambiqa.retrieval.factory import describe
 
     specs = sources_of(examples)
     sources = {"Wiki": describe(program.retriever) if program.retriever is not None else None}

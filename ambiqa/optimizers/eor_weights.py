@@ -46,6 +46,8 @@ import numpy as np
 
 from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
+from ambiqa.fsutil import atomic_write
+from ambiqa.optimizers.artifact import save_artifact
 from ambiqa.optimizers.eor_cache import (
     CACHE_FORMAT,
     GOLD_METRICS,
@@ -56,7 +58,9 @@ from ambiqa.optimizers.eor_cache import (
     load_cache,
     vote_batch,
 )
-from ambiqa.programs.eor import DEFAULT_METRIC_WEIGHTS, DEFAULT_THRESHOLD, METRICS, POOLINGS
+from ambiqa.optimizers.manifest import NO_RETRIEVER, Manifest
+from ambiqa.optimizers.splits import check_training_data
+from ambiqa.programs.eor import DEFAULT_METRIC_WEIGHTS, DEFAULT_THRESHOLD, METRICS, POOLINGS, EoR
 
 __all__ = [
     "CACHE_FORMAT", "DEFAULT_WEIGHTS", "GOLD_METRICS", "SAMPLERS", "UPPER", "Cache",
@@ -165,8 +169,6 @@ def tune_weights(cache: Cache, *, trials: int = 2000, seed: int = 0,
     check_int("--trials", trials)
     import optuna
 
-    from ambiqa.optimizers.splits import check_training_data
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not cache.questions:
         raise ConfigError("the EoR cache holds no questions with member answers")
@@ -256,10 +258,6 @@ def save_weights_artifact(path: str | Path, weights: dict[str, Any], cache: Cach
     fingerprint and data spec, and the objective. :func:`ambiqa.optimizers.artifact.
     check_eor_pool` refuses to apply them to another pool.
     """
-    from ambiqa.optimizers.artifact import save_artifact
-    from ambiqa.optimizers.manifest import NO_RETRIEVER, Manifest
-    from ambiqa.programs.eor import EoR
-
     meta = cache.meta or {}
     depth = meta.get("rerank_depth") or eor_default("rerank_depth")
     program = EoR(retriever=None, similarity_metrics=tuple(cache.metrics), rerank_depth=depth,
@@ -307,8 +305,6 @@ def plot_weights(rows: dict[str, dict[str, Any]], members: list[str], path: str 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ambiqa.fsutil import atomic_write
 
     labels = list(rows)
     metrics = [m for m in METRICS if any(m in (w.get("metric_weights") or {})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ambiqa.optimizers.registry import get_teleprompter
 from ambiqa.tracing import track
 
 
@@ -59,8 +60,6 @@ def sample_cost(program: Any, examples: list[Any], metric: Any = None) -> dict[s
 def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int,
                    trials: int) -> tuple[float, float]:
     """(program calls with no demos, program calls with demos) a teleprompter makes."""
-    from ambiqa.optimizers.registry import get_teleprompter
-
     return get_teleprompter(optimizer).program_calls(n_train, n_val, num_candidates, trials)
 
 
@@ -87,8 +86,6 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
     else:
         plain, with_demos = _program_calls(optimizer, n_train, n_val, num_candidates, trials)
         with_demos += n_dev
-        from ambiqa.optimizers.registry import get_teleprompter
-
         proposer = get_teleprompter(optimizer).proposer_calls(plain, n_predictors,
                                                               num_candidates)
     selection = n_select * (2 * c + n_variants * per_q.get("writer_lm_calls", 0.0))

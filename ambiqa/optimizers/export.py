@@ -27,6 +27,7 @@ import dspy
 from dspy.adapters.chat_adapter import ChatAdapter
 
 from ambiqa.errors import ConfigError
+from ambiqa.optimizers.splits import guard_warning
 
 FORMATS = ("md", "json", "jinja")
 ROLE_LINE = "[[role:{}]]"
@@ -127,8 +128,6 @@ def render(prompts: list[dict[str, Any]], fmt: str = "md", manifest: dict | None
                           ensure_ascii=False)
     if fmt != "md":
         raise ConfigError(f"unknown export format {fmt!r}", hint=f"choose one of {FORMATS}")
-    from ambiqa.optimizers.splits import guard_warning
-
     lines: list[str] = []
     loud = guard_warning(manifest)
     if loud:
@@ -171,8 +170,6 @@ def _jinja_text(content: str, fields: list[str]) -> str:
 
 def render_jinja(prompts: list[dict[str, Any]], manifest: dict | None = None) -> str:
     """One Jinja2 macro per predictor; see :func:`messages_from_jinja`."""
-    from ambiqa.optimizers.splits import guard_warning
-
     head = [f"{{# ambiqa prompts of {(manifest or {}).get('program', 'a program')}: one macro "
             "per predictor; call it with the input fields (rendered as text) #}"]
     loud = guard_warning(manifest)

@@ -32,6 +32,7 @@ from typing import Any
 import dspy
 
 from ambiqa.errors import ConfigError
+from ambiqa.lm import lm_id
 from ambiqa.optimizers.budget import Budget
 from ambiqa.optimizers.feedback import AmbiguityFeedback
 
@@ -145,8 +146,6 @@ def run_gepa(program: dspy.Module, trainset: list[Any], valset: list[Any], metri
 def _lm_name(lm: Any) -> str | None:
     if lm is None:
         return None
-    from ambiqa.lm import lm_id
-
     return lm_id(lm)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.optimizers.registry import teleprompter_names
+from ambiqa.programs.registry import program_class
 
 #: the built-in teleprompters (:mod:`ambiqa.optimizers.registry`; more may be registered)
 TELEPROMPTERS = teleprompter_names()
@@ -121,8 +122,6 @@ RECIPES: dict[str, Recipe] = {
 def get_recipe(program: str) -> Recipe:
     key = program.strip().lower().replace("-", "_")
     if key not in RECIPES:
-        from ambiqa.programs.registry import program_class
-
         program_class(program)  # raises the registry's helpful "did you mean" error
         raise ConfigError(f"no optimization recipe for program {program!r}")
     return RECIPES[key]

@@ -148,7 +148,7 @@ def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallM
 
 
 def _paired(scores: list[float], base: list[float]) -> list[float] | None:
-    from ambiqa.evaluation.stats import paired_interval
+    from ambiqa.evaluation.stats import paired_interval  # loads numpy
 
     lo, hi, _ = paired_interval("score", [scores], [base])
     return None if math.isnan(lo) else [round(lo, 4), round(hi, 4)]

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from ambiqa.data import is_training_split
 from ambiqa.data.specs import SOURCE_ATTR
 from ambiqa.errors import ConfigError
 
@@ -45,8 +46,6 @@ def sources_of(examples: Iterable[Any]) -> list[str]:
 
 
 def _is_eval_spec(spec: str) -> bool:
-    from ambiqa.data import is_training_split
-
     try:
         return not is_training_split(spec)
     except ConfigError:  # not a spec we can parse: a label such as "collect"

@@ -48,10 +48,13 @@ from typing import Any
 
 import dspy
 
-from ambiqa.errors import AmbiqaError, ConfigError, ModelError
+from ambiqa.errors import AmbiqaError, ArtifactError, ConfigError, ModelError
+from ambiqa.lm import make_lm
 from ambiqa.optimizers.ahead import AheadBootstrapFewShot
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.demos import labeled_demos
+from ambiqa.optimizers.gepa import run_gepa, run_simba
+from ambiqa.optimizers.knn import install_knn
 from ambiqa.optimizers.recipes import split_train
 from ambiqa.optimizers.registry import (
     BUILTIN,
@@ -250,8 +253,6 @@ def _resolve_lm(lm: Any) -> Any:
     (the optimizer then uses the task LM)."""
     if lm is None or not isinstance(lm, str):
         return lm
-    from ambiqa.lm import make_lm
-
     return make_lm(lm)
 
 
@@ -262,8 +263,6 @@ def _reflective(optimizer: str, program: dspy.Module, trainset: list[Any],
                 bsize: int, k: int, num_candidates: int,
                 selector: str = "round_robin") -> dspy.Module:
     """GEPA or SIMBA (:mod:`ambiqa.optimizers.gepa`), signature names restored after."""
-    from ambiqa.optimizers.gepa import run_gepa, run_simba
-
     if metric is None:
         raise ConfigError(f"{optimizer} needs a metric (e.g. --metric d-f1)")
     names = _signature_names(program)
@@ -395,8 +394,6 @@ class KNN(Teleprompter):
     options = {**_BOOT, "knn_encoder": None, "knn_pool": 8, "knn_gold_only": False}
 
     def compile(self, student: Any, job: CompileJob) -> Any:
-        from ambiqa.optimizers.knn import install_knn
-
         s = self.settings
         pool_size, gold_only = s["knn_pool"], s["knn_gold_only"]
         job.report.settings.update(pool=pool_size, gold_only=gold_only)
@@ -428,9 +425,6 @@ class KNN(Teleprompter):
 
     @classmethod
     def install(cls, program: Any, settings: dict[str, Any], *, encoder: Any = None) -> None:
-        from ambiqa.errors import ArtifactError
-        from ambiqa.optimizers.knn import install_knn
-
         k = settings.get("k")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ArtifactError(f"knn artifact has no valid k in its optimizer settings: {k!r}")

@@ -70,9 +70,13 @@ import dspy
 
 from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
+from ambiqa.lm import lm_id
+from ambiqa.optimizers.artifact import save_artifact
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
-from ambiqa.optimizers.compile import SafeMetric, bootstrap, score_program
+from ambiqa.optimizers.compile import SafeMetric, apply_labeled, bootstrap, score_program
 from ambiqa.optimizers.demos import labeled_demos
+from ambiqa.optimizers.knn import install_knn
+from ambiqa.optimizers.manifest import Manifest
 from ambiqa.optimizers.recipes import (
     TUNE_CHOICES,
     TUNE_TELEPROMPTERS,
@@ -81,6 +85,10 @@ from ambiqa.optimizers.recipes import (
     split_train,
     usable_examples,
 )
+from ambiqa.optimizers.signals import collect_traces, signal_demos
+from ambiqa.optimizers.splits import check_training_data
+from ambiqa.programs.registry import build_program
+from ambiqa.retrieval.factory import describe
 
 log = logging.getLogger(__name__)
 
@@ -290,9 +298,6 @@ def signal_pools(program: dspy.Module, train_part: list[Any], metric: Any, cfg: 
     """Per signalled predictor, up to ``pool_size`` demos chosen against its own signal,
     balanced across its classes (in alternating order), from one traced pass of the
     gold-demo teacher over the train part; other predictors get no signal pool."""
-    from ambiqa.optimizers.compile import apply_labeled
-    from ambiqa.optimizers.signals import collect_traces, signal_demos
-
     teacher = program.deepcopy()
     apply_labeled(teacher, gold, min(2, cfg.pool_size), cfg.seed)
     records = collect_traces(teacher, train_part, metric, budget)
@@ -326,8 +331,6 @@ def candidate_set(pool: list[dict[str, Any]], seed: int, index: int, size: int,
 def materialize(params: dict[str, Any], cfg: TuneConfig, recipe: Recipe, pools: dict[str, Any],
                 retriever: Any, knn_encoder: Any = None) -> tuple[dspy.Module, dict[str, Any]]:
     """The program a trial's parameters describe (no LM call), and its optimizer settings."""
-    from ambiqa.programs.registry import build_program
-
     knobs = {k.name: params[f"program.{k.name}"] for k in recipe.knobs
              if f"program.{k.name}" in params}
     program = build_program(recipe.program, retriever=retriever,
@@ -353,8 +356,6 @@ def materialize(params: dict[str, Any], cfg: TuneConfig, recipe: Recipe, pools: 
         demos[name] = n if tp == "knn" else len(predictor.demos)
     settings: dict[str, Any] = {"name": tp, "seed": seed, "demos": demos}
     if tp == "knn":
-        from ambiqa.optimizers.knn import install_knn
-
         install_knn(program, max(1, cfg.max_demos), encoder=knn_encoder)
         for name, predictor in program.named_predictors():
             predictor.knn_k = max(1, demos[name])
@@ -395,14 +396,10 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
          knn_encoder: Any = None, progress: Any = None) -> TuneResult:
     """Run (or resume) the study; write the best trial as an artifact at ``out``."""
     optuna = _optuna()
-    from ambiqa.programs.registry import build_program
-
     recipe = get_recipe(cfg.program)
     cfg.train = cfg.train or recipe.train
     cfg.metric = cfg.metric or recipe.metric
     cfg.check(recipe)
-    from ambiqa.optimizers.splits import check_training_data
-
     guard = check_training_data(trainset, spec=cfg.train, allow_eval_splits=cfg.allow_eval_splits,
                                 what="tuning")
     examples = usable_examples(trainset, recipe, cfg.metric, cfg.train)
@@ -425,13 +422,7 @@ def tune(cfg: TuneConfig, trainset: list[Any], metric: Any, *, retriever: Any = 
                    score: float | None) -> None:
         if out is None:
             return
-        from ambiqa.optimizers.artifact import save_artifact
-
         program, settings = materialize(params, cfg, recipe, pools, retriever, knn_encoder)
-        from ambiqa.lm import lm_id
-        from ambiqa.optimizers.manifest import Manifest
-        from ambiqa.retrieval.factory import describe
-
         manifest = Manifest(
             program=recipe.program, program_config=program.config(),
             lm=lm_id(dspy.settings.lm) if dspy.settings.lm is not None else None,

@@ -31,6 +31,8 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import ValidationError
 
 from ambiqa.errors import ConfigError
+from ambiqa.fsutil import atomic_write_json
+from ambiqa.lm.failures import lm_failure_in
 from ambiqa.lm.streaming import TextPiece, text_sink
 from ambiqa.programs.config import ProgramConfig
 from ambiqa.programs.streaming import (
@@ -41,7 +43,7 @@ from ambiqa.programs.streaming import (
 )
 from ambiqa.retrieval.base import Retriever
 from ambiqa.retrieval.encoder import SharedEncoder as SharedEncoder  # re-export for programs
-from ambiqa.retrieval.factory import as_retriever
+from ambiqa.retrieval.factory import as_retriever, describe
 from ambiqa.retrieval.warmup import Say, WarmStep, warm_up
 from ambiqa.signatures.common import budget_words
 from ambiqa.tracing import (
@@ -337,9 +339,6 @@ class AmbiqaProgram(dspy.Module):
             return super().save(path, save_program=False, modules_to_serialize=modules_to_serialize)
         from dspy.utils.saving import get_dependency_versions
 
-        from ambiqa.fsutil import atomic_write_json
-        from ambiqa.retrieval.factory import describe
-
         state = self.dump_state()
         state["metadata"] = {"dependency_versions": get_dependency_versions()}
         state[SAVED_KEY] = {"program": self.name, "program_config": self.config(),
@@ -386,8 +385,6 @@ def safe_step(step: str, fn, default):
     try:
         return fn()
     except (AdapterParseError, ValidationError) as exc:
-        from ambiqa.lm.failures import lm_failure_in
-
         cause = lm_failure_in(exc.__cause__ or exc.__context__)
         if cause is not None:  # no reply at all, reported as a parse failure
             raise cause from exc

@@ -14,8 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ambiqa.errors import ConfigError
-from ambiqa.evaluation.extractive import Window, locate_answer, windows
+from ambiqa.data.corpus import load_corpus
+from ambiqa.data.specs import is_training_split, load_dataset
+from ambiqa.errors import ConfigError, DataError
+from ambiqa.evaluation.extractive import (
+    Window,
+    locate_answer,
+    locate_answer_in_tokens,
+    normalized_tokens,
+    windows,
+)
 from ambiqa.reader_training.config import TrainConfig
 
 
@@ -197,8 +205,6 @@ def training_examples(cfg: TrainConfig, limit: int | None = None
     refused, and any record sharing a question with an evaluation split
     (:data:`GUARDED_EVAL_SPECS`) is dropped and counted (``excluded_eval_overlap``).
     """
-    from ambiqa.data.specs import is_training_split, load_dataset
-
     for spec in (cfg.train, cfg.hotpotqa, cfg.ambignq):
         if spec and not is_training_split(spec):
             raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
@@ -236,8 +242,6 @@ def training_examples(cfg: TrainConfig, limit: int | None = None
         examples += _tag(extra, "hotpotqa")
         per_source["hotpotqa"] = c
     if cfg.ambignq:
-        from ambiqa.data.corpus import load_corpus
-
         amb, dropped = drop_eval_overlap(list(load_dataset(cfg.ambignq)), banned | held_keys)
         per_source["excluded_eval_overlap"][cfg.ambignq] = dropped
         if limit:
@@ -267,8 +271,6 @@ def holdout_examples(cfg: TrainConfig) -> list[ReaderExample]:
     """The training-split validation examples: the grounding-passage examples of the last
     ``cfg.holdout`` questions of ``cfg.train`` (never trained on by a reader that set
     ``holdout``). Used to choose the default reader without touching evaluation data."""
-    from ambiqa.data.specs import load_dataset
-
     if not cfg.holdout:
         return []
     records = list(load_dataset(cfg.train))[-cfg.holdout:]
@@ -279,8 +281,6 @@ def holdout_long_answer_examples(cfg: TrainConfig) -> list[ReaderExample]:
     """The long-answer examples of the same held-out questions (what D-F1 reads), built as
     for training, answer-sentence-removed negatives included. A reader trained without
     ``holdout`` (v1) has seen these questions, which favours it in any comparison."""
-    from ambiqa.data.specs import load_dataset
-
     if not cfg.holdout:
         return []
     records = list(load_dataset(cfg.train))[-cfg.holdout:]
@@ -347,9 +347,6 @@ def evaluation_questions(specs: Sequence[str] = GUARDED_EVAL_SPECS) -> set[str]:
     to drop any training record that shares a question with evaluation data: ASQA dev is built
     from AmbigNQ, so AmbigNQ's *training* file could in principle hold a dev question.
     """
-    from ambiqa.data.specs import load_dataset
-    from ambiqa.errors import DataError
-
     keys: set[str] = set()
     for spec in specs:
         try:
@@ -400,8 +397,6 @@ class PassageIndex:
         import math
         from collections import defaultdict
 
-        from ambiqa.evaluation.extractive import normalized_tokens
-
         self.texts: list[str] = []
         self.toks: list[list[tuple[str, int, int]]] = []
         postings: dict[str, set[int]] = defaultdict(set)
@@ -424,8 +419,6 @@ class PassageIndex:
         """Passages sharing at least ``min_share`` of the question's IDF weight, best first."""
         from collections import Counter
 
-        from ambiqa.evaluation.extractive import normalized_tokens
-
         words = {t[0] for t in normalized_tokens(question)} - _STOP
         words = {w for w in words if w in self.postings}
         total = sum(self.idf[w] for w in words)
@@ -441,8 +434,6 @@ class PassageIndex:
 
     def locate(self, i: int, aliases: Sequence[str]) -> tuple[int, int] | None:
         """:func:`locate_answer` on passage ``i`` with its cached tokens."""
-        from ambiqa.evaluation.extractive import locate_answer_in_tokens
-
         return locate_answer_in_tokens(self.texts[i], self.toks[i], aliases)
 
 
@@ -510,8 +501,6 @@ def build_ambignq_examples(records: Sequence[Any], index: PassageIndex, *,
             parts = [index.texts[i], index.texts[j]]
             rng.shuffle(parts)
             context = " ".join(parts)
-            from ambiqa.evaluation.extractive import locate_answer
-
             span = locate_answer(context, aliases)
             if span is None:
                 continue
@@ -544,8 +533,6 @@ def build_ambignq_list_examples(records: Sequence[Any], *, removed_negatives: fl
     pairs is also asked against the list without its sentence (no-answer, kept only when no
     alias survives). Counts: ``questions`` (with 2+ pairs), ``answerable``, ``no_answer``.
     """
-    from ambiqa.evaluation.extractive import locate_answer
-
     out: list[ReaderExample] = []
     counts = {"questions": 0, "answerable": 0, "no_answer": 0}
     rng = random.Random(seed)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa import fsutil
+from ambiqa.data.specs import is_training_split, load_dataset
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.evaluation.extractive import (
     MANIFEST_FORMAT,
@@ -48,7 +49,7 @@ from ambiqa.evaluation.extractive import (
     pad_batch,
     readers_dir,
 )
-from ambiqa.fsutil import atomic_write_json, sha256_file
+from ambiqa.fsutil import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from ambiqa.reader_training.config import TrainConfig
 from ambiqa.reader_training.data import (
     ReaderExample,
@@ -87,7 +88,7 @@ def _base_model_path(base: str | Path | None) -> Path:
                              hint="give a local BERT-style model directory, or omit --base "
                                   "for the packaged all-MiniLM-L6-v2")
         return path
-    from ambiqa.retrieval.encoder import minilm_path
+    from ambiqa.retrieval.encoder import minilm_path  # loads numpy
 
     return minilm_path()
 
@@ -95,8 +96,6 @@ def _base_model_path(base: str | Path | None) -> Path:
 def _save_state(work: Path, model: Any, optim: Any, progress: dict[str, Any]) -> None:
     """Weights + AdamW moments as safetensors, then the progress JSON (the commit point)."""
     from safetensors.torch import save_file
-
-    from ambiqa.fsutil import atomic_write
 
     def write(path: Path, tensors: dict[str, Any]) -> None:
         tmp = path.with_name(f".{path.name}.tmp")
@@ -170,8 +169,6 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
     cfg = config or TrainConfig()
     if stop_at_step is not None and stop_at_step < 1:
         raise ConfigError(f"--stop-at-step must be a step number of 1 or more, not {stop_at_step}")
-    from ambiqa.data.specs import is_training_split
-
     for spec in (cfg.train, cfg.hotpotqa):
         if spec and not is_training_split(spec):
             raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
@@ -302,8 +299,6 @@ def _finish(out: Path, work: Path, model: Any, tokenizer: Any, cfg: TrainConfig,
             threads: int, log: Callable[[str], None], command: str | None = None,
             calibration_sample: int = 400, validate_after: bool = True) -> dict[str, Any]:
     """Write the final checkpoint and a provisional manifest, then calibrate and validate."""
-    from ambiqa.fsutil import atomic_write, atomic_write_text
-
     manifest_path = out / MANIFEST_NAME
     if manifest_path.exists():
         manifest_path.unlink()  # an older finished reader is being replaced
@@ -369,8 +364,6 @@ def calibrate_and_validate(out: str | Path, *, dev: str | None = "asqa:dev",
     several epochs scores its own training examples with margins it will not show on new
     text, so a threshold fitted there abstains too little.
     """
-    from ambiqa.data.specs import load_dataset
-
     out = Path(out).expanduser()
     reader = ExtractiveReader(out, threads=threads)
     manifest = dict(reader.manifest)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ambiqa.evaluation.extractive import ExtractiveReader
+from ambiqa.evaluation.metrics import exact_match, token_f1
 from ambiqa.reader_training.data import ReaderExample
 
 
@@ -25,8 +26,6 @@ def validate(reader: ExtractiveReader, dev: Sequence[Any], *,
     ``squad``: EM/F1 on the dev reader examples built like the training ones, split into
     answerable examples and no-answer ones (accuracy of abstaining).
     """
-    from ambiqa.evaluation.metrics import exact_match, token_f1
-
     per_q: list[float] = []
     t0 = time.perf_counter()
     reads = 0
@@ -78,8 +77,6 @@ def calibrate_null_threshold(margins: Sequence[float], texts: Sequence[str],
     ``best_f1_thresh``): an answerable example scores the token F1 of its best span if that
     span beats the null score by more than the threshold, else 0; a no-answer example scores 1
     when the reader abstains. ``margins`` are best span score minus null score."""
-    from ambiqa.evaluation.metrics import token_f1
-
     gains = [token_f1(t, e.aliases) if e.answer_start is not None else 0.0
              for t, e in zip(texts, examples, strict=True)]
     null_gain = [0.0 if e.answer_start is not None else 1.0 for e in examples]

@@ -23,15 +23,33 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.reports.report import COST_KEYS, Run, cost_stats, load_run, main_metric
+from ambiqa.evaluation import metrics as m
+from ambiqa.evaluation.registry import NEEDS_READER, canonical_name
+from ambiqa.evaluation.reports.html import (
+    Bold,
+    Bullets,
+    Code,
+    Document,
+    Heading,
+    Image,
+    Para,
+    Table,
+)
+from ambiqa.evaluation.reports.report import (
+    COST_KEYS,
+    Run,
+    cost_stats,
+    json_safe,
+    load_run,
+    main_metric,
+)
 from ambiqa.evaluation.runs.runner import PER_ROW_ONLY, summarize, write_error
+from ambiqa.evaluation.stats import fmt_interval, paired_comparison, part_arrays
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
 
 def _scores(run: Run, metric: str) -> dict[str, float]:
     """Per-question scores of ``metric`` on every example the run holds, failed ones as 0."""
-    from ambiqa.evaluation.stats import part_arrays
-
     ids, (values, *_) = part_arrays(run.rows, metric)
     return dict(zip(ids, values, strict=True))
 
@@ -67,8 +85,6 @@ def check_same_data(runs: list[Run]) -> str:
 
 def check_same_reader(runs: list[Run], metrics: Sequence[str]) -> None:
     """Refuse to pair reader-scored metrics (D-F1, DR) of runs scored by different readers."""
-    from ambiqa.evaluation.registry import NEEDS_READER
-
     if not set(metrics) & NEEDS_READER:
         return
     readers = {r.spec.reader for r in runs}
@@ -88,8 +104,6 @@ def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = No
     Differences are paired on the questions both runs hold, a failed question scoring 0;
     set-level metrics (DR) are recomputed from the set means in every bootstrap resample.
     """
-    from ambiqa.evaluation.stats import paired_comparison
-
     if len(paths) < 2:
         raise ConfigError("compare needs at least two run directories")
     runs = [load_run(p) for p in paths]
@@ -140,8 +154,6 @@ def compare_runs(paths: Sequence[str | Path], metrics: Sequence[str] | None = No
 def _consistency(runs: list[Run], labels: list[str]) -> dict[str, Any] | None:
     """RWR / MRWR / MRLR between runs (EoR eq. 1-3 read across programs), EM >= 1 as
     "right", on the questions every run answered."""
-    from ambiqa.evaluation import metrics as m
-
     per = [{i: v for i, v in _scores(r, "em").items() if i not in _failed_ids(r)}
            for r in runs]
     shared = sorted(set.intersection(*(set(p) for p in per)))
@@ -195,8 +207,6 @@ def _signed(x: Any) -> str:
 def pick_metric(result: dict[str, Any], metric: str | None) -> str:
     """The quality axis: ``metric`` when given (it must be one the runs were compared on),
     else the data set's main metric (DR on ASQA, F1 on short-answer sets)."""
-    from ambiqa.evaluation.registry import canonical_name
-
     names = list(result["metrics"])
     if metric:
         key = canonical_name(metric)
@@ -239,9 +249,6 @@ def build_comparison(result: dict[str, Any], plots: dict[str, str] | None = None
                      *, metric: str | None = None, cost: str = "calls") -> Any:
     """The comparison as a :class:`ambiqa.evaluation.reports.html.Document` (``compare.md`` and
     ``compare.html`` are its two renderings)."""
-    from ambiqa.evaluation.reports.html import Bullets, Code, Document, Heading, Image, Para, Table
-    from ambiqa.evaluation.stats import fmt_interval
-
     plots = plots or {}
     names = result["metrics"]
     doc = Document(f"Comparison on {result['dataset']}")
@@ -333,8 +340,6 @@ def comparison_warnings(result: dict[str, Any]) -> list[Any]:
     """What qualifies every number of the comparison (runs on different LMs, readers or
     indexes; readers paired on purpose; an LM not recorded): shown at the top of compare.md
     and compare.html, so the output of ``ambiqa compare`` starts with them too."""
-    from ambiqa.evaluation.reports.html import Bold
-
     notes: list[Any] = []
     if result.get("reader_mismatch_allowed"):
         notes.append(Bold("Paired despite different D-F1 readers (--allow-reader-mismatch): "
@@ -354,8 +359,6 @@ def comparison_warnings(result: dict[str, Any]) -> list[Any]:
 
 
 def _code_or(value: Any, missing: str) -> Any:
-    from ambiqa.evaluation.reports.html import Code
-
     return Code(str(value)) if value else missing
 
 
@@ -374,8 +377,6 @@ def write_comparison(result: dict[str, Any], out_dir: str | Path,
     ``quality_metric``: the quality axis (default: the data set's main metric); ``cost``:
     the cost axis, one of :data:`COST_AXES` (``calls``, ``tokens``, ``seconds``).
     """
-    from ambiqa.evaluation.reports.report import json_safe
-
     if cost not in COST_AXES:
         raise ConfigError(f"--cost {cost!r} is not a cost axis",
                           hint=f"use one of: {', '.join(COST_AXES)}")
@@ -388,7 +389,7 @@ def write_comparison(result: dict[str, Any], out_dir: str | Path,
                           f"{exc.strerror or exc}") from exc
     rendered: dict[str, str] = {}
     try:
-        from ambiqa.evaluation.reports import plots
+        from ambiqa.evaluation.reports import plots  # loads matplotlib
 
         if result["paired"]:
             order = [metric] + [n for n in result["metrics"] if n != metric]

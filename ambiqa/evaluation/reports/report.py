@@ -28,6 +28,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ambiqa.evaluation.registry import interpretations_of
+from ambiqa.evaluation.reports.html import (
+    Bold,
+    Bullets,
+    Code,
+    Details,
+    Document,
+    Heading,
+    Image,
+    Para,
+    Quote,
+    Table,
+)
 from ambiqa.evaluation.reports.run_data import (  # re-exported: callers import them from here
     COST_KEYS,
     N_WORST,
@@ -118,8 +131,6 @@ def program_label(program: str) -> str:
 
 
 def _facts(run: dict[str, Any], uses_reader: bool) -> list[Any]:
-    from ambiqa.evaluation.reports.html import Code
-
     facts = [("program", run.get("program")), ("data", run.get("data")),
              ("LM", run.get("lm")), ("LM max tokens", run.get("max_tokens")),
              ("LM temperature", run.get("temperature")), ("LM endpoint", run.get("endpoint")),
@@ -169,17 +180,6 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
                  worst_metric: str | None = None) -> Any:
     """The run report as a :class:`ambiqa.evaluation.reports.html.Document` (rendered to both
     ``report.md`` and ``report.html``)."""
-    from ambiqa.evaluation.reports.html import (
-        Bold,
-        Bullets,
-        Code,
-        Document,
-        Heading,
-        Image,
-        Para,
-        Table,
-    )
-
     run = summary.get("run", {})
     doc = Document(f"{program_label(run.get('program') or '?')} on {run.get('data', '?')}")
     incomplete = completeness_line(summary)
@@ -291,8 +291,6 @@ def build_report(summary: dict[str, Any], plots: dict[str, str], notes: list[str
 
 
 def _worst_section(doc: Any, worst: list[dict[str, Any]], metric: str) -> None:
-    from ambiqa.evaluation.reports.html import Bold, Code, Details, Heading, Para, Quote, Table
-
     q = per_question_quantity(metric)
     how = (f"ranked by {q[0]} ({q[1]}), ties broken by the sum of its parts" if q
            else f"ranked by per-question {metric}")
@@ -335,7 +333,6 @@ def worst_questions(rows: list[dict[str, Any]], metric: str,
                     golds: dict[str, dict[str, Any]] | None, k: int = N_WORST
                     ) -> list[dict[str, Any]]:
     """The worst ``k`` questions on ``metric``, laid out for reading (see :func:`worst_rows`)."""
-    from ambiqa.evaluation.registry import interpretations_of
     out = []
     parts = SET_LEVEL.get(metric, ())
     for row, score in worst_rows(rows, metric, k):
@@ -426,7 +423,7 @@ def write_run_report(run_dir: str | Path, *, rows: list[dict[str, Any]] | None =
 
 def _draw(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
           notes: list[str]) -> dict[str, str]:
-    from ambiqa.evaluation.reports import plots
+    from ambiqa.evaluation.reports import plots  # loads matplotlib
 
     out: dict[str, str] = {}
     label = (f"{program_label(summary['run'].get('program') or '')} on "

@@ -13,9 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambiqa.data import load_dataset
 from ambiqa.errors import ArtifactError, ConfigError
+from ambiqa.evaluation import metrics as m
+from ambiqa.evaluation.metrics import as_list, field_value, short_answers_of
+from ambiqa.evaluation.registry import gold_answers_of
 from ambiqa.evaluation.runs.run_dir import planned_rows, read_run_json
 from ambiqa.evaluation.runs.runner import (
+    PER_ROW_ONLY,
     ResultsFile,
     RunSpec,
     example_id,
@@ -141,8 +146,6 @@ def member_consistency(rows: list[dict[str, Any]], golds: dict[str, list[str]], 
     so its win and loss ratios against every member sit in the same matrix (the paper's
     point: the ensemble loses less often to any single retriever).
     """
-    from ambiqa.evaluation import metrics as m
-
     use = [r for r in rows if not r.get("error") and isinstance(
         (r.get("prediction") or {}).get("member_answers"), dict) and str(r["id"]) in golds]
     members: list[str] = []
@@ -180,8 +183,6 @@ def _examples_of(spec: Any, examples: list[Any] | None) -> tuple[list[Any] | Non
     if spec is None or not spec.data:
         return None, "no data spec to read gold answers from"
     try:
-        from ambiqa.data import load_dataset
-
         return load_dataset(spec.data), None
     except Exception as exc:  # a report must render even when the data moved
         return None, f"gold answers unavailable ({type(exc).__name__}: {exc})"
@@ -190,8 +191,6 @@ def _examples_of(spec: Any, examples: list[Any] | None) -> tuple[list[Any] | Non
 def golds_for(rows: list[dict[str, Any]], spec: RunSpec | None,
                examples: list[Any] | None) -> tuple[dict[str, list[str]], str | None]:
     """Gold answers by example id, from the given examples or by reloading the run's data."""
-    from ambiqa.evaluation.registry import gold_answers_of
-
     examples, why = _examples_of(spec, examples)
     if examples is None:
         return {}, why
@@ -218,8 +217,6 @@ PASSAGE_CHARS = 700
 def main_metric(names: Sequence[str]) -> str | None:
     """The headline metric among ``names``: DR on ASQA (the data set's scorer), F1 on the
     short-answer sets, else the first reported one."""
-    from ambiqa.evaluation.runs.runner import PER_ROW_ONLY
-
     usable = [n for n in names if n not in PER_ROW_ONLY]
     for name in MAIN_METRIC_ORDER:
         if name in usable:
@@ -302,8 +299,6 @@ def gold_views(spec: RunSpec | None, examples: list[Any] | None
     """What a person checks an answer against, by example id: ``qa_pairs`` (ASQA's
     interpretations with their short answers) or ``answers``; reloads the run's data when no
     examples are given. The second value says why there are none (data moved, no spec)."""
-    from ambiqa.evaluation.metrics import as_list, field_value, short_answers_of
-
     examples, why = _examples_of(spec, examples)
     if examples is None:
         return {}, why

@@ -24,6 +24,7 @@ from typing import Any
 from ambiqa.errors import ArtifactError, ConfigError
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 from ambiqa.jsonio import depth_ok, read_json
+from ambiqa.lm.redact import endpoint_host
 
 
 @dataclass
@@ -278,8 +279,6 @@ def planned_rows(run: dict[str, Any]) -> int | None:
 def lm_settings(lm: Any) -> dict[str, Any]:
     """``max_tokens``, ``temperature`` and ``endpoint`` (without credentials) of a DSPy LM;
     keys whose value cannot be read are left out."""
-    from ambiqa.lm.redact import endpoint_host
-
     out: dict[str, Any] = {}
     if lm is None:
         return out

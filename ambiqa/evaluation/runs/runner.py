@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from ambiqa.errors import ArtifactError, RunError
-from ambiqa.evaluation.registry import row_kind, row_metrics
+from ambiqa.evaluation.metric_names import PER_QUESTION_NAME, SET_LEVEL, set_level_name
+from ambiqa.evaluation.registry import canonical_name, row_kind, row_metrics
 from ambiqa.evaluation.runs.run_dir import (
     RESUME_FIELDS,
     ResultsFile,
@@ -51,7 +52,8 @@ from ambiqa.evaluation.runs.run_dir import (
     write_error,
 )
 from ambiqa.fsutil import atomic_write_json
-from ambiqa.parallel import call_with_deadline
+from ambiqa.lm.redact import redact
+from ambiqa.parallel import call_with_deadline, run_parallel
 from ambiqa.tracing import track
 
 __all__ = [
@@ -83,8 +85,6 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
 
 def _error_text(exc: BaseException, prefix: str = "") -> str:
     """A row's ``error``: the failure's class and message, credentials redacted, capped."""
-    from ambiqa.lm.redact import redact
-
     kind = "Timeout" if isinstance(exc, ExampleTimeout) else type(exc).__name__
     return redact(f"{prefix}{kind}: {exc}")[:500]
 
@@ -314,8 +314,6 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
                                    "output_tokens": scoring.output_tokens}
         return row
 
-    from ambiqa.parallel import run_parallel
-
     bar = _Progress(len(examples), len(rows), enabled=progress)
 
     def task(item: tuple[int, Any]) -> dict[str, Any] | None:
@@ -365,7 +363,7 @@ def summarize(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, 
     (:mod:`ambiqa.evaluation.stats`). Cost means are over every example, failed ones included:
     they cost too.
     """
-    from ambiqa.evaluation.stats import summarize_metric
+    from ambiqa.evaluation.stats import summarize_metric  # loads numpy
 
     n_errors = sum(1 for r in rows if r.get("error"))
     out: dict[str, Any] = {"n": len(rows), "n_errors": n_errors, "metrics": {}, "cost": {}}
@@ -390,9 +388,6 @@ def score_row(example: Any, pred: Any, metrics: dict[str, MetricFn]) -> dict[str
     parts (D-F1, ROUGE-L) and, for plots, the per-question root under ``dr_q``, computed from
     the parts already scored (the reader is not asked twice).
     """
-    from ambiqa.evaluation.registry import canonical_name
-    from ambiqa.evaluation.stats import PER_QUESTION_NAME, SET_LEVEL, set_level_name
-
     out: dict[str, float] = {}
     set_level = {name: set_level_name(name) for name in metrics}
     for name, fn in metrics.items():
