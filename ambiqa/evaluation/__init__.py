@@ -1,8 +1,13 @@
-"""Evaluation: metrics (pure functions), readers for Disambig-F1, LM judges for the grounding
-metrics, the metric registry, the resumable runner, run reports and run comparison.
+"""Evaluation, split by job. This package is scoring: metrics (pure functions), readers for
+Disambig-F1, LM judges for the grounding metrics, the metric registry and the intervals of
+:mod:`~ambiqa.evaluation.stats`. Runs (the resumable runner, its run directory, ``--part``
+slices) live in :mod:`ambiqa.evaluation.runs`, reports over finished runs (report,
+comparison, merge, plots, HTML) in :mod:`ambiqa.evaluation.reports`, and training the D-F1
+reader in :mod:`ambiqa.reader_training`.
 
-Heavy libraries load on first use: rouge-score when ROUGE is computed, transformers when a
-QA checkpoint is opened, DSPy when the LM reader is built.
+DSPy loads with the judges (this package imports them). Heavier libraries load on first use:
+rouge-score when ROUGE is computed, transformers when a QA checkpoint is opened, numpy and
+scipy when intervals are computed.
 """
 
 from ambiqa.evaluation.metrics import (
