@@ -24,6 +24,7 @@ from typing import Any
 
 from ambiqa.envutil import env_int
 from ambiqa.errors import ConfigError, LMUnavailableError
+from ambiqa.lm.adapter import ListTolerantChatAdapter
 from ambiqa.lm.embedded import EmbeddedSettings, XLlamaEngine
 from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
@@ -197,7 +198,8 @@ def configure(lm: Any, **settings: Any) -> Any:
 
     The tracing callback is added *beside* the callbacks already configured (a user's MLflow
     or Langfuse autologging keeps receiving events); ``callbacks=[...]`` replaces them, as in
-    ``dspy.configure``. A usage tracker already installed keeps receiving every usage.
+    ``dspy.configure``. A usage tracker already installed keeps receiving every usage. The
+    adapter is :class:`ambiqa.lm.adapter.ListTolerantChatAdapter` unless ``adapter=`` is given.
     """
     import dspy
 
@@ -207,6 +209,10 @@ def configure(lm: Any, **settings: Any) -> Any:
     tracker = dspy.settings.get("usage_tracker")
     settings.setdefault("usage_tracker", tracker if isinstance(tracker, UsageTap)
                         else UsageTap(tracker))
+    if settings.get("adapter") is None:
+        # ChatAdapter's prompts, plus a list field written as a Markdown list read on the
+        # first try instead of a second, JSONAdapter call (ambiqa/lm/adapter.py)
+        settings["adapter"] = ListTolerantChatAdapter()
     dspy.configure(lm=lm, callbacks=callbacks, **settings)
     return lm
 
