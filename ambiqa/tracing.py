@@ -479,13 +479,31 @@ def tracing_installed() -> bool:
             and isinstance(dspy.settings.get("usage_tracker"), UsageTap))
 
 
+def traced(callbacks: list[Any] | None = None, usage_tracker: Any = None) -> dict[str, Any]:
+    """DSPy settings that carry ambiqa's cost tracing: ``callbacks`` plus the process-wide
+    :func:`default_callback` (added once, never instead of the user's MLflow or Langfuse
+    callbacks), and a :class:`UsageTap` in the ``usage_tracker`` slot that forwards every
+    usage to ``usage_tracker`` (the user's own, if any; a tap already there is kept).
+
+    Why one function: :func:`ambiqa.lm.configure` (``dspy.configure``), :func:`ensure_tracing`
+    (a ``dspy.context`` around a call under a plain ``dspy.configure``) and ``ambiqa serve``
+    (a ``dspy.context`` per request) each installed the callback and the tap their own way;
+    they now pass these settings to DSPy, so a change to what tracing needs is made here.
+    """
+    out = list(callbacks or [])
+    if not any(isinstance(cb, TraceCallback) for cb in out):
+        out.append(default_callback())
+    tap = usage_tracker if isinstance(usage_tracker, UsageTap) else UsageTap(usage_tracker)
+    return {"callbacks": out, "usage_tracker": tap}
+
+
 @contextlib.contextmanager
 def ensure_tracing() -> Iterator[bool]:
     """Make ambiqa's cost tracing active for the block, beside whatever the user installed.
 
     Under :func:`ambiqa.configure` nothing changes. Under a plain ``dspy.configure(lm=...)``
-    the block runs in a ``dspy.context`` whose callbacks are the user's callbacks *plus*
-    :func:`default_callback` (never instead of them), and whose usage tracker is a
+    the block runs in a ``dspy.context`` carrying :func:`traced` settings: the user's
+    callbacks *plus* :func:`default_callback` (never instead of them), and a
     :class:`UsageTap` that forwards every usage to the user's own tracker, if any. Yields
     whether tracing had to be added. ``dspy.context`` may be entered from any thread, so this
     works inside worker threads and ``acall`` too.
@@ -495,12 +513,8 @@ def ensure_tracing() -> Iterator[bool]:
         return
     import dspy
 
-    callbacks = list(dspy.settings.get("callbacks") or [])
-    if not any(isinstance(cb, TraceCallback) for cb in callbacks):
-        callbacks.append(default_callback())
-    tracker = dspy.settings.get("usage_tracker")
-    tap = tracker if isinstance(tracker, UsageTap) else UsageTap(tracker)
-    with dspy.context(callbacks=callbacks, usage_tracker=tap):
+    with dspy.context(**traced(dspy.settings.get("callbacks"),
+                               dspy.settings.get("usage_tracker"))):
         yield True
 
 

@@ -26,10 +26,12 @@ from ambiqa.api.indexing import IndexResult, IndexSettings, index, open_index
 from ambiqa.api.jobs import (
     CompileResult,
     CompileSettings,
+    EvaluatePlan,
     EvaluateResult,
     EvaluateSettings,
     ExportResult,
     ExportSettings,
+    LMSpec,
     compile,
     evaluate,
     export,
@@ -37,7 +39,8 @@ from ambiqa.api.jobs import (
 )
 from ambiqa.api.targets import Target, is_file_target, load, resolve
 
-__all__ = ["CompileResult", "CompileSettings", "EvaluateResult", "EvaluateSettings",
+__all__ = ["CompileResult", "CompileSettings", "EvaluatePlan", "EvaluateResult",
+           "EvaluateSettings", "LMSpec",
            "ExportResult", "ExportSettings", "IndexResult", "IndexSettings", "Target", "compile",
            "evaluate", "export", "index", "is_file_target", "load", "open_index", "resolve",
            "tune", "tune_eor", "TuneEorResult", "TuneEorSettings"]

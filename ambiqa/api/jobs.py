@@ -5,47 +5,55 @@ metrics=["em"], threads=2)`` is ``ambiqa.evaluate("diva", "jsonl:q.jsonl",
 EvaluateSettings(metrics=["em"], threads=2))``) and returns a typed result. The CLI builds
 these settings from its flags and prints the results; benchmark scripts call them directly.
 
-The LM: pass ``lm=`` (a ``dspy.LM`` or a spec such as ``"embedded:qwen2.5-coder-0.5b"``); without
-one the LM DSPy is configured with is used (``dspy.configure(lm=...)`` or
-``ambiqa.configure(...)``). Targets (program name, artifact, a program's own ``.save()``
-JSON, a module) are resolved by :func:`ambiqa.api.targets.resolve` (a file through the one
-loader, :mod:`ambiqa.api.loader`); data is a spec
-(``asqa:dev:50``, ``jsonl:my_questions.jsonl``), a path to a ``.jsonl`` question file, or a list
-of ``dspy.Example`` / dicts.
+The LM: pass ``lm=`` (a ``dspy.LM``, a spec such as ``"embedded:qwen2.5-coder-0.5b"``, or an
+:class:`~ambiqa.lm.factory.LMSpec` carrying the endpoint flags too; a spec is built once, after
+the verb's cheap checks); without one the LM DSPy is configured with is used
+(``dspy.configure(lm=...)`` or ``ambiqa.configure(...)``). Targets (program name, artifact, a
+program's own ``.save()`` JSON, a module) are resolved by :func:`ambiqa.api.targets.resolve`
+(a file through the one loader, :mod:`ambiqa.api.loader`); data is a spec (``asqa:dev:50``,
+``jsonl:my_questions.jsonl``), a path to a ``.jsonl`` question file, or a list of
+``dspy.Example`` / dicts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ambiqa.api.indexing import settings_from
-from ambiqa.api.loader import open_program, read_program_file
-from ambiqa.api.targets import Target, check_target, is_file_target, resolve
-from ambiqa.checks import check_int
-from ambiqa.data import load_dataset, metrics_for, parse_spec
-from ambiqa.data.loaders.common import make_example
-from ambiqa.data.specs import ALIASES, DATASETS, PLAIN
-from ambiqa.errors import ConfigError, DataError
+from ambiqa.api.loader import open_program
+from ambiqa.api.plan import (
+    EvaluatePlan,
+    EvaluateSettings,
+    data_spec,
+    load_data,
+    metric_names,
+    plan_evaluate,
+    program_defaults,
+    target_label,
+)
+from ambiqa.api.targets import Target, build_named, resolve
+from ambiqa.data import parse_spec
+from ambiqa.errors import ConfigError
 from ambiqa.evaluation.reader import make_reader as _make_reader
 from ambiqa.evaluation.reader import reader_identity, stand_in_note
 from ambiqa.evaluation.registry import (
     NEEDS_READER,
-    canonical_name,
     dspy_metric,
     get_metric,
     judge_name,
     with_set_parts,
 )
 from ambiqa.evaluation.reports.report import write_run_report
-from ambiqa.evaluation.runs.parts import part_of
-from ambiqa.evaluation.runs.runner import RunSpec, check_run_dir, ensure_writable_dir
 from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
 from ambiqa.fsutil import atomic_write_text
-from ambiqa.lm import configure, lm_id, make_lm
+from ambiqa.lm import configure, lm_id
+from ambiqa.lm.factory import LMSpec
 from ambiqa.optimizers.artifact import save_artifact
 from ambiqa.optimizers.budget import Budget
 from ambiqa.optimizers.compile import compile_program
@@ -60,11 +68,18 @@ from ambiqa.retrieval.factory import describe
 
 log = logging.getLogger(__name__)
 
+__all__ = ["CompileResult", "CompileSettings", "EvaluatePlan", "EvaluateResult",
+           "EvaluateSettings", "ExportResult", "ExportSettings", "LMSpec", "compile", "data_spec",
+           "evaluate", "export", "export_target", "load_data", "make_reader", "metric_fns",
+           "metric_names", "plan_evaluate", "run_plan", "target_label", "tune", "use_lm"]
+
 
 # --- shared steps ----------------------------------------------------------------------------
 
 def use_lm(lm: Any) -> Any:
-    """Configure ``lm`` (an LM or a spec) with ambiqa tracing; None keeps DSPy's current LM."""
+    """Configure ``lm`` with ambiqa tracing and return it: an LM object, a spec string or an
+    :class:`~ambiqa.lm.factory.LMSpec` (built here, once, after the caller's cheap checks);
+    None keeps DSPy's current LM."""
     import dspy
 
     if lm is None:
@@ -73,101 +88,21 @@ def use_lm(lm: Any) -> Any:
                               hint="pass lm=ambiqa.make_lm() (or a spec such as "
                                    "'openai/gpt-4o-mini'), or call dspy.configure(lm=...)")
         return dspy.settings.get("lm")
-    return configure(make_lm(lm) if isinstance(lm, str) else lm)
+    if isinstance(lm, str | LMSpec):
+        lm = LMSpec.of(lm).build()
+    return configure(lm)
 
 
-def data_spec(data: Any) -> str | None:
-    """The spec string of ``data`` (None for in-memory examples); a bare ``.jsonl`` path is
-    read as a plain question file (``jsonl:PATH``)."""
-    if isinstance(data, Path) or (isinstance(data, str) and _bare_path(data)):
-        return f"jsonl:{data}"
-    return data if isinstance(data, str) else None
-
-
-def _bare_path(text: str) -> bool:
-    name = text.split(":", 1)[0].lower()
-    known = name in DATASETS or name in ALIASES or name in ("demo", PLAIN)
-    return not known and text.lower().endswith((".jsonl", ".jsonl.gz", ".ndjson"))
-
-
-def load_data(data: Any) -> tuple[list[Any], str | None]:
-    """``(examples, spec)`` for a spec, a question-file path or a list of examples/dicts."""
-    spec = data_spec(data)
-    if spec is not None:
-        return load_dataset(spec), spec
-    if isinstance(data, list | tuple):
-        import dspy
-
-        out = [ex if isinstance(ex, dspy.Example) else make_example(dict(ex)) for ex in data]
-        if any("question" not in ex for ex in out):
-            raise ConfigError("every example needs a 'question' field")
-        return out, None
-    raise ConfigError(f"data must be a spec (asqa:dev:50, jsonl:PATH), a .jsonl path or a list "
-                      f"of examples; got {type(data).__name__}")
-
-
-def metric_names(metrics: Any, examples: list[Any]) -> list[str]:
-    """Canonical metric names (DR brings its parts); None: the ones the data's fields allow."""
-    if metrics is None:
-        names = metrics_for(examples)
-    else:
-        names = [m.strip() for m in (metrics.split(",") if isinstance(metrics, str) else metrics)
-                 if str(m).strip()]
-    if not names:
-        raise ConfigError("no metrics given", hint="e.g. metrics=['str-em', 'rouge-l', 'd-f1']")
-    for name in names:
-        get_metric(name)  # unknown names fail here, naming the closest one
-    return with_set_parts([canonical_name(n) for n in names])
-
-
-def metric_fns(names: list[str], reader: Any) -> dict[str, Any]:
+def metric_fns(names: list[str], reader: Any, *, expanded: bool = False) -> dict[str, Any]:
+    """Each metric bound to ``reader``; ``expanded``: ``names`` already hold the set-level
+    parts (a plan's metrics), so they are not worked out again."""
     import functools
 
     return {name: functools.partial(get_metric(name), reader=reader)
-            for name in with_set_parts(list(names))}
+            for name in (names if expanded else with_set_parts(list(names)))}
 
 
 # --- evaluate --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class EvaluateSettings:
-    """How to evaluate. Every field has a default; ``out`` keeps results on disk."""
-
-    #: metric names (list or comma string); None: chosen from the data's fields
-    metrics: Any = None
-    #: run directory (results.jsonl, summary.json, report.md); None: in memory only
-    out: str | Path | None = None
-    resume: bool = False
-    retry_errors: bool = False
-    threads: int = 1
-    timeout_s: float | None = None
-    max_error_rate: float = 0.5
-    #: D-F1 reader: None (the trained extractive reader if built, else the LM), "lm", a path
-    reader: str | None = None
-    #: the index to open for a program name (a file target opens the one it records)
-    index: str | None = None
-    index_root: str | Path | None = None
-    #: settings for a program name (``{"k": 5}``)
-    program_config: dict[str, Any] | None = None
-    #: what run.json records as the LM (default: the spec passed as ``lm``, if a string)
-    lm_label: str | None = None
-    #: ``I/N``: only the I-th of N contiguous slices of the data (``ambiqa merge`` joins them)
-    part: str | None = None
-    progress: bool = False
-    #: extra RunSpec settings (recorded in run.json; a resume must match them)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def check(self) -> None:
-        check_int("threads", self.threads, 1)
-        if self.timeout_s is not None and not 0 < self.timeout_s < float("inf"):
-            # not "<= 0": nan passes that test and inf overflows the timer (issue 42)
-            raise ConfigError(f"timeout_s must be a finite number of seconds above 0, "
-                              f"got {self.timeout_s}")
-        if not 0.0 <= self.max_error_rate <= 1.0:
-            raise ConfigError(f"max_error_rate must be within [0, 1], got {self.max_error_rate}")
-        if self.resume and self.out is None:
-            raise ConfigError("resume needs a run directory", hint="pass out=DIR")
-
 
 @dataclass
 class EvaluateResult:
@@ -188,101 +123,88 @@ class EvaluateResult:
         return int(self.summary["n"])
 
 
-def _check_not_empty(examples: list[Any], label: str | None) -> None:
-    """Refuse data with no example: scoring nothing gave metrics ``nan`` and exit 0, a
-    result that looks like one (issue 42)."""
-    if not examples:
-        raise DataError(f"{label or 'the data'} holds no examples: nothing to evaluate",
-                        hint="check the file (one JSON object per line) or the :N in the spec")
+@dataclass(frozen=True)
+class _CallbackSpec(LMSpec):
+    """The deprecated ``make_lm=`` callback as a spec (built, like any spec, after the
+    checks). Only ``benchmarks/compare_methods.py`` still passes one; remove this once it
+    passes ``lm=LMSpec(...)`` (issue 44)."""
+
+    factory: Callable[[], Any] | None = None
+
+    def build(self) -> Any:
+        return self.factory() if self.factory is not None else super().build()
 
 
 def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *,
-             lm: Any = None, retriever: Any = None, make_lm: Callable[[], Any] | None = None,
-             **overrides: Any) -> EvaluateResult:
+             lm: Any = None, retriever: Any = None,
+             make_lm: Callable[[], Any] | None = None, **overrides: Any) -> EvaluateResult:
     """Run ``target`` on ``data`` and score it (see the module docstring for the arguments).
 
-    Everything that needs no model is checked first (settings, metric names, program name,
-    data, the run directory and whether it may be resumed into), so a typo costs a second,
-    not an LM load, and never touches results already written. ``make_lm``: builds the LM
-    only once those checks passed (the CLI loads its model this way).
+    The settings become one frozen :class:`~ambiqa.api.plan.EvaluatePlan`
+    (:func:`~ambiqa.api.plan.plan_evaluate`: everything that needs no model is checked
+    first, so a typo costs a second, not an LM load, and never touches results already
+    written), which :func:`run_plan` executes. ``lm``: an LM object, a spec string or an
+    :class:`~ambiqa.lm.factory.LMSpec`, built only once those checks passed (the CLI passes
+    its flags as a spec); None uses DSPy's configured LM. ``make_lm``: deprecated (a
+    callback building the LM; pass an ``LMSpec`` instead).
     """
     cfg = settings_from(settings, EvaluateSettings, overrides)
-    cfg.check()
-    check_target(target)
-    examples, spec_text = load_data(data)
-    _check_not_empty(examples, spec_text)
-    extra = dict(cfg.extra)
-    if cfg.part:
-        examples, part = part_of(examples, cfg.part)
-        extra.update(part)
-        _check_not_empty(examples, f"{spec_text or 'the data'}, part {cfg.part},")
-    names = metric_names(cfg.metrics, examples)
-    label = _target_label(target)
-    out = Path(cfg.out) if cfg.out is not None else None
-    lm_label = cfg.lm_label if cfg.lm_label is not None else (lm if isinstance(lm, str) else None)
-    config = dict(cfg.program_config or {})
-    # a program file is read and validated once, here, and refused now (before the LM
-    # loads) if it needs a retriever it cannot have; the same read gives its sha256
-    pf = read_program_file(target) if is_file_target(target) else None
-    if pf is not None:
-        pf.check_start(given=retriever is not None or cfg.index is not None,
-                       config=config or None)
-    artifact_sha = pf.sha256 if pf is not None else None
-    data_label = spec_text or f"<{len(examples)} examples>"
-    if out is not None:
-        draft = RunSpec(program=label, data=data_label, metrics=names, lm=lm_label,
-                        index=cfg.index, program_config=config or None,
-                        artifact_sha256=artifact_sha, extra=extra,
-                        program_defaults=_program_defaults(label))
-        check_run_dir(out, draft, cfg.resume,
-                      skip=frozenset({"reader", "judge", "index_fingerprint"}))
-        ensure_writable_dir(out)
-    # the program (and its index, whose fingerprint may be refused) before the LM loads
-    if pf is not None:
-        found = open_program(pf, retriever=retriever, index=cfg.index,
-                             index_root=cfg.index_root)
-    else:
-        found = resolve(target, retriever=retriever, index=cfg.index,
-                        index_root=cfg.index_root, config=config or None)
-    use_lm(make_lm() if make_lm is not None and lm is None else lm)
+    if make_lm is not None:
+        warnings.warn("evaluate(make_lm=...) is deprecated: pass lm=ambiqa.api.LMSpec(...)",
+                      DeprecationWarning, stacklevel=2)
+        if lm is None:
+            lm = _CallbackSpec(factory=make_lm)
+    return run_plan(plan_evaluate(target, data, cfg, lm=lm, retriever=retriever))
+
+
+def run_plan(plan: EvaluatePlan) -> EvaluateResult:
+    """Execute ``plan``: open the program (its index fingerprint may still be refused)
+    before the LM loads, build the LM, run and score. Decides nothing the plan decided."""
+    cfg = plan.settings
+    program = open_planned(plan)
+    lm = use_lm(plan.lm)
     reader = make_reader(cfg.reader)
-    if NEEDS_READER & set(names):
+    extra = plan.run_spec.extra
+    if NEEDS_READER & set(plan.metrics):
         extra = {**extra, "reader_identity": reader_identity(reader)}
         note = stand_in_note(reader, explicit=bool(cfg.reader))
         if note:
             log.warning(note)
-    spec = RunSpec(program=label, data=data_label, metrics=names,
-                   reader=getattr(reader, "name", None), lm=lm_label, index=cfg.index,
-                   program_config=config or None, judge=judge_name(names),
-                   artifact_sha256=artifact_sha,
-                   index_fingerprint=_fingerprint(found.program), extra=extra,
-                   program_defaults=_program_defaults(label))
-    summary = run_evaluation(found.program, examples, metric_fns(names, reader), out_dir=out,
-                             spec=spec, resume=cfg.resume, threads=cfg.threads,
-                             max_error_rate=cfg.max_error_rate, timeout_s=cfg.timeout_s,
-                             retry_errors=cfg.retry_errors, progress=cfg.progress,
-                             report=write_run_report)
-    return EvaluateResult(summary, spec, out, found.program)
+    spec = dataclasses.replace(plan.run_spec, reader=getattr(reader, "name", None),
+                               judge=judge_name(list(plan.metrics)),
+                               index_fingerprint=_fingerprint(program), extra=extra)
+    summary = run_evaluation(program, list(plan.examples),
+                             metric_fns(list(plan.metrics), reader, expanded=True),
+                             out_dir=plan.out, spec=spec, resume=cfg.resume,
+                             threads=cfg.threads, max_error_rate=cfg.max_error_rate,
+                             timeout_s=cfg.timeout_s, retry_errors=cfg.retry_errors,
+                             progress=cfg.progress, report=write_run_report, lm=lm)
+    return EvaluateResult(summary, spec, plan.out, program)
+
+
+def open_planned(plan: EvaluatePlan) -> Any:
+    """The plan's program: a file through the one loader (read already), a name through its
+    class (looked up already), an object as it is."""
+    cfg = plan.settings
+    if plan.program_file is not None:
+        return open_program(plan.program_file, retriever=plan.retriever, index=cfg.index,
+                            index_root=cfg.index_root).program
+    if plan.program_class is not None:
+        return build_named(plan.program_class, str(plan.target).strip().lower()
+                           .replace("-", "_"), retriever=plan.retriever, index=cfg.index,
+                           index_root=cfg.index_root,
+                           config=cfg.program_config or None).program
+    return resolve(plan.target, retriever=plan.retriever, index=cfg.index,
+                   index_root=cfg.index_root, config=cfg.program_config or None).program
 
 
 def make_reader(checkpoint: str | None) -> Any:
     return _make_reader(checkpoint)
 
 
-def _target_label(target: Any) -> str:
-    if isinstance(target, str | Path):
-        return str(target)
-    return str(getattr(target, "name", type(target).__name__))
-
-
 def _program_defaults(label: str) -> dict[str, Any] | None:
-    """The defaults of the settings of the program ``label`` names (its config class), for a
-    resume's comparison with a ``run.json`` written before a setting existed; None for an
-    artifact or an unknown name."""
-    try:
-        return program_class(label).config_class().to_dict()
-    except Exception:  # an artifact path or a program object's odd name: compare as stored
-        return None
+    """Kept for callers of the old name: :func:`ambiqa.api.plan.program_defaults`."""
+    return program_defaults(label)
 
 
 def _fingerprint(program: Any) -> str | None:
@@ -350,7 +272,7 @@ class CompileResult:
 
 def compile(program: Any, train: Any = None, settings: CompileSettings | None = None, *,
             lm: Any = None, retriever: Any = None, reader: Any = None, console: Any = None,
-            make_lm: Callable[[], Any] | None = None, **overrides: Any) -> CompileResult:
+            **overrides: Any) -> CompileResult:
     """Compile ``program`` (a name or a program object) on ``train``; save when ``out`` is set.
 
     ``ambiqa.compile(ambiqa.Diva(retriever=fn), "questions.jsonl", optimizer="labeled",
@@ -379,7 +301,7 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
         prog = found.program
     else:
         prog = program
-    lm = use_lm(make_lm() if make_lm is not None and lm is None else lm)
+    lm = use_lm(lm)  # a spec is built here, after the checks above
     reader = reader if reader is not None else make_reader(cfg.reader)
     examples, spec = load_data(train_data)
     trainset = usable_examples(examples, recipe, metric, spec or "the training examples")

@@ -30,11 +30,11 @@ from typing import Any
 from ambiqa.api.loader import SAVED_KEY, Target, load_program_file
 from ambiqa.errors import ConfigError
 from ambiqa.lm import configure
-from ambiqa.programs.registry import build_program, program_class
+from ambiqa.programs.registry import program_class
 from ambiqa.retrieval.factory import open_retriever
 
-__all__ = ["SAVED_KEY", "Target", "check_target", "file_sha256", "is_file_target", "load",
-           "resolve"]
+__all__ = ["SAVED_KEY", "Target", "build_named", "check_target", "file_sha256",
+           "is_file_target", "load", "resolve"]
 
 
 def is_file_target(target: object) -> bool:
@@ -87,15 +87,29 @@ def resolve(target: Any, *, retriever: Any = None, index: str | dict | None = No
                                  strict_fingerprint=strict_fingerprint,
                                  knn_encoder=knn_encoder, program_kwargs=program_kwargs,
                                  config=config)
+    name = str(target).strip().lower().replace("-", "_")
+    return build_named(program_class(name), name, retriever=retriever, index=index,
+                       index_root=index_root, config=config, with_index=with_index,
+                       program_kwargs=program_kwargs)
+
+
+def build_named(cls: type, name: str, *, retriever: Any = None,
+                index: str | dict | None = None, index_root: str | Path | None = None,
+                config: dict[str, Any] | None = None, with_index: bool = True,
+                program_kwargs: dict[str, Any] | None = None) -> Target:
+    """Build the registered program ``cls`` (named ``name``), its index opened by name when
+    no retriever is given. Takes the class, not the name, so a caller that already looked it
+    up (an evaluation plan) does not look it up again."""
     if retriever is None and index is not None and with_index:
         retriever = open_retriever(index, root=Path(index_root) if index_root else None)
-    name = str(target).strip().lower().replace("-", "_")
-    cls = program_class(name)
     if retriever is None and with_index and getattr(cls, "needs_retriever", True):
         raise ConfigError(f"program {name!r} needs a retriever",
                           hint="pass retriever=... or index=NAME (build one with "
                                "ambiqa.index(...) or `ambiqa index CORPUS --name NAME`)")
-    prog = build_program(name, retriever=retriever, **(config or {}), **(program_kwargs or {}))
+    try:
+        prog = cls(retriever=retriever, **(config or {}), **(program_kwargs or {}))
+    except TypeError as exc:  # as programs.registry.build_program words it
+        raise ConfigError(f"bad settings for program {name!r}: {exc}") from exc
     return Target(prog, "program", name, config=dict(config or {}))
 
 

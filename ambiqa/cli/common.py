@@ -20,14 +20,22 @@ def make_console():
     return Console(stderr=False, highlight=False, emoji=False)
 
 
-def lm_from_args(args: argparse.Namespace) -> Any:
-    from ambiqa.lm import check_reachable, configure, make_lm
+def lm_spec(args: argparse.Namespace) -> Any:
+    """The LM flags as an :class:`ambiqa.api.LMSpec`: data the api builds the LM from, once,
+    after its cheap checks (the CLI never builds one for the api)."""
+    from ambiqa.api import LMSpec  # the api loads DSPy: not for `ambiqa --help`
 
-    lm = make_lm(args.lm, api_base=args.api_base, api_key_env=args.api_key_env,
-                 max_tokens=args.max_tokens, threads=args.lm_threads, cache=not args.no_cache)
-    # a cache must never answer for a dead endpoint: probe it before any question (issue 42)
-    check_reachable(lm)
-    return configure(lm)
+    return LMSpec(model=args.lm, api_base=args.api_base, api_key_env=args.api_key_env,
+                  max_tokens=args.max_tokens, threads=args.lm_threads, cache=not args.no_cache)
+
+
+def lm_from_args(args: argparse.Namespace) -> Any:
+    """The flags' LM, built (an endpoint probed first: a cache must never answer for a dead
+    one, issue 42) and configured with ambiqa's tracing, for the commands that call a
+    program themselves (``ask``, ``demo``, ``compile``)."""
+    from ambiqa.api.jobs import use_lm  # the api loads DSPy: not for `ambiqa --help`
+
+    return use_lm(lm_spec(args))
 
 
 def retriever_from_args(args: argparse.Namespace, needed: bool = True) -> Any:

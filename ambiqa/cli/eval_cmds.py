@@ -8,7 +8,6 @@ LM load, and never touches results already written.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ambiqa.cli.common import (
     add_index_args,
     add_lm_args,
     finite_seconds,
-    lm_from_args,
+    lm_spec,
     make_console,
     program_config,
 )
@@ -26,6 +25,8 @@ from ambiqa.errors import ConfigError
 
 
 def _metric_names(text: str) -> list[str]:
+    """``--metrics`` of ``ambiqa compare`` as canonical names (``evaluate`` passes its flag
+    as typed: the api's plan decides the names once)."""
     from ambiqa.evaluation.registry import canonical_name, get_metric, with_set_parts
 
     names = [m.strip() for m in str(text).split(",") if m.strip()]
@@ -37,36 +38,40 @@ def _metric_names(text: str) -> list[str]:
     return with_set_parts(out)
 
 
+#: how ``evaluate``'s flags spell the settings the api checks (its messages name the flag)
+_SPELLED = {"threads": "--threads", "timeout_s": "--timeout-s",
+            "max_error_rate": "--max-error-rate", "metrics": "--metrics"}
+
+
 def evaluate_from_args(args: argparse.Namespace, *, lm: Any = None, retriever: Any = None,
                        progress: bool = True) -> tuple[dict[str, Any], Any]:
-    """The work of ``ambiqa evaluate``: the flags as :class:`ambiqa.api.EvaluateSettings`,
-    run by :func:`ambiqa.api.evaluate` (``benchmarks/compare_methods.py`` calls it too, so its
-    runs carry exactly the RunSpec the CLI writes). ``lm`` / ``retriever`` replace the ones
-    the arguments name (tests pass a scripted LM and an in-memory retriever)."""
-    from ambiqa.api import EvaluateSettings, evaluate
+    """The work of ``ambiqa evaluate``: the flags as :class:`ambiqa.api.EvaluateSettings` and
+    an :class:`ambiqa.api.LMSpec`, run by :func:`ambiqa.api.evaluate`, which checks and
+    decides everything once (``benchmarks/compare_methods.py`` calls it too, so its runs carry
+    exactly the RunSpec the CLI writes). ``lm`` / ``retriever`` replace the ones the
+    arguments name (tests pass a scripted LM and an in-memory retriever)."""
+    from ambiqa.api import EvaluateSettings, evaluate  # the api loads DSPy: not for --help
 
-    # the flags' own names in these messages (the API repeats the checks by field name)
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
-    if args.timeout_s is not None and args.timeout_s <= 0:
-        raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
-    if not 0.0 <= args.max_error_rate <= 1.0:
-        raise ConfigError(f"--max-error-rate must be within [0, 1], got {args.max_error_rate}")
+    # --metrics as a list, as typed: the api's plan checks and canonicalises it, once
+    metrics = [m.strip() for m in str(args.metrics).split(",") if m.strip()] \
+        if args.metrics else None
+    if args.metrics and not metrics:
+        raise ConfigError("--metrics is empty", hint="e.g. --metrics str-em,rouge-l,d-f1,dr")
+    # the flags' LM, its model settled now (--lm, else $AMBIQA_LM, else "embedded"): the
+    # label run.json records and the model the api builds are one decision; an LM object
+    # passed in (tests) is labelled by --lm alone
+    spec = lm_spec(args).resolved()
     settings = EvaluateSettings(
-        metrics=_metric_names(args.metrics) if args.metrics else None, out=args.out,
+        metrics=metrics, out=args.out,
         resume=args.resume, retry_errors=args.retry_errors, threads=args.threads,
         timeout_s=args.timeout_s, max_error_rate=args.max_error_rate,
         reader=getattr(args, "reader", None), index=getattr(args, "index", None),
         index_root=getattr(args, "index_root", None),
         program_config=program_config(args) or None,
-        # The LM the run used, as make_lm resolves it (--lm, else $AMBIQA_LM, else the
-        # embedded default), so run.json and compare's setup never say "not recorded"; an
-        # LM object passed in (tests) is labelled by --lm alone.
-        lm_label=args.lm or (None if lm is not None
-                             else os.environ.get("AMBIQA_LM") or "embedded"),
-        part=getattr(args, "part", None), progress=progress)
-    result = evaluate(args.target, args.data, settings, lm=lm, retriever=retriever,
-                      make_lm=lambda: lm_from_args(args))
+        lm_label=args.lm if lm is not None else spec.name,
+        part=getattr(args, "part", None), progress=progress, spelled=_SPELLED)
+    result = evaluate(args.target, args.data, settings,
+                      lm=lm if lm is not None else spec, retriever=retriever)
     return result.summary, result.spec
 
 

@@ -14,7 +14,7 @@ import argparse
 import os
 from typing import Any
 
-from ambiqa.cli.common import add_index_args, add_lm_args, finite_seconds
+from ambiqa.cli.common import add_index_args, add_lm_args, finite_seconds, lm_spec
 from ambiqa.errors import AmbiqaError, ConfigError
 
 
@@ -70,9 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     program_file.check_start(given=bool(args.index))
 
     def load() -> Any:
-        return load_served(program_file, lm_spec=args.lm, api_base=args.api_base,
-                           api_key_env=args.api_key_env, max_tokens=args.max_tokens,
-                           lm_threads=args.lm_threads, cache=not args.no_cache,
+        return load_served(program_file, lm=lm_spec(args),
                            index=args.index, index_root=args.index_root,
                            concurrency=args.concurrency)
 

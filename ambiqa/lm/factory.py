@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ambiqa.envutil import env_int
@@ -30,7 +30,7 @@ from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
 from ambiqa.lm.redact import endpoint_host, install_log_redaction, redact, register_secret
 from ambiqa.lm.resilience import CACHE_IDENTITY_KEY, ResilientEngine, RetryPolicy
-from ambiqa.tracing import TraceCallback, UsageTap, default_callback
+from ambiqa.tracing import default_callback, traced
 
 _ENGINES: dict[tuple, XLlamaEngine] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -188,6 +188,58 @@ def make_lm(spec: str | None = None, *, api_base: str | None = None,
                        cache=cache)
 
 
+@dataclass(frozen=True)
+class LMSpec:
+    """Which LM a run uses, as data: what ``--lm`` and its companion flags say, before any
+    model loads.
+
+    Why a value and not a callback: the caller (the CLI, ``serve``, a script) decides the LM
+    and the api builds it, once, after its cheap checks (a typo fails before a 1.5B model
+    loads), and records it in ``run.json`` from here instead of reading it back from DSPy's
+    settings. ``api_key_env`` is the *name* of the variable holding the key, never the key,
+    so a spec can be logged and stored.
+    """
+
+    #: ``"embedded"``, ``"embedded:NAME"`` or ``"provider/model"``; None: ``$AMBIQA_LM``,
+    #: else the embedded default (:meth:`resolved` settles which, once)
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+    max_tokens: int = 512
+    #: embedded LM threads (None: ``$AMBIQA_THREADS``, else 2)
+    threads: int | None = None
+    n_ctx: int = 4096
+    cache: bool = True
+    #: probe an endpoint before the first question (:func:`check_reachable`)
+    probe: bool = True
+
+    @classmethod
+    def of(cls, lm: str | LMSpec) -> LMSpec:
+        """``lm`` as a spec: a spec string becomes ``LMSpec(model=lm)``."""
+        return lm if isinstance(lm, LMSpec) else cls(model=lm)
+
+    @property
+    def name(self) -> str:
+        """The spec string this LM resolves to (what ``run.json`` records as ``lm``)."""
+        return self.model or os.environ.get("AMBIQA_LM") or "embedded"
+
+    def resolved(self) -> LMSpec:
+        """This spec with ``model`` settled (``$AMBIQA_LM`` read here, once), so the label
+        recorded and the model built can never disagree."""
+        return self if self.model else replace(self, model=self.name)
+
+    def build(self) -> Any:
+        """The ``dspy.LM`` (not configured as DSPy's default: the caller decides where it
+        applies), an endpoint probed first when :attr:`probe` (issue 42: a cache must never
+        answer for a dead endpoint)."""
+        lm = make_lm(self.model, api_base=self.api_base, api_key_env=self.api_key_env,
+                     max_tokens=self.max_tokens, threads=self.threads, n_ctx=self.n_ctx,
+                     cache=self.cache)
+        if self.probe:
+            check_reachable(lm)
+        return lm
+
+
 def trace_callback() -> Any:
     """The process-wide :class:`ambiqa.tracing.TraceCallback` (created once)."""
     return default_callback()
@@ -203,17 +255,14 @@ def configure(lm: Any, **settings: Any) -> Any:
     """
     import dspy
 
-    callbacks = list(settings.pop("callbacks", dspy.settings.get("callbacks") or []))
-    if not any(isinstance(cb, TraceCallback) for cb in callbacks):
-        callbacks.append(trace_callback())
-    tracker = dspy.settings.get("usage_tracker")
-    settings.setdefault("usage_tracker", tracker if isinstance(tracker, UsageTap)
-                        else UsageTap(tracker))
+    tracing = traced(settings.pop("callbacks", dspy.settings.get("callbacks")),
+                     dspy.settings.get("usage_tracker"))
+    settings.setdefault("usage_tracker", tracing["usage_tracker"])
     if settings.get("adapter") is None:
         # ChatAdapter's prompts, plus a list field written as a Markdown list read on the
         # first try instead of a second, JSONAdapter call (ambiqa/lm/adapter.py)
         settings["adapter"] = ListTolerantChatAdapter()
-    dspy.configure(lm=lm, callbacks=callbacks, **settings)
+    dspy.configure(lm=lm, callbacks=tracing["callbacks"], **settings)
     return lm
 
 

@@ -69,6 +69,7 @@ from ambiqa.programs.streaming import AnswerChunk, AnswerRestart, Evidence
 from ambiqa.serve.admission import Admission, DeadlineExceeded, QueueFull
 from ambiqa.serve.evidence import answer_payload
 from ambiqa.serve.loading import ServedProgram, has_aforward
+from ambiqa.tracing import traced
 
 log = logging.getLogger("ambiqa.serve")
 
@@ -285,10 +286,7 @@ async def _stream_program(served: ServedProgram, question: str,
     event put on ``events``, with the LM and tracing in this request's DSPy context."""
     import dspy
 
-    from ambiqa.lm import trace_callback
-    from ambiqa.tracing import UsageTap
-
-    with dspy.context(lm=served.lm, callbacks=[trace_callback()], usage_tracker=UsageTap()):
+    with dspy.context(lm=served.lm, **traced()):
         if not callable(getattr(served.program, "astream", None)):
             await events.put(await _call_program(served, question))
             return
@@ -301,10 +299,7 @@ async def _call_program(served: ServedProgram, question: str) -> Any:
     DSPy context (never DSPy's global settings)."""
     import dspy
 
-    from ambiqa.lm import trace_callback
-    from ambiqa.tracing import UsageTap
-
-    with dspy.context(lm=served.lm, callbacks=[trace_callback()], usage_tracker=UsageTap()):
+    with dspy.context(lm=served.lm, **traced()):
         if has_aforward(served.program):
             return await served.program.acall(question=question)
         # a program without an async path: its synchronous call in a worker thread

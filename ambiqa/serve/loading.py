@@ -16,6 +16,8 @@ from typing import Any
 
 from ambiqa.api.loader import ProgramFile, open_program, read_program_file
 from ambiqa.errors import ConfigError
+from ambiqa.lm.factory import LMSpec
+from ambiqa.retrieval.factory import describe
 from ambiqa.retrieval.warmup import WarmStep, warm_up
 
 #: Concurrency for an endpoint LM whose capacity ambiqa cannot know (``--concurrency`` sets it).
@@ -82,9 +84,10 @@ def lm_slots(lm: Any) -> int | None:
     return int(n) if isinstance(n, int) and n >= 1 else None
 
 
-def load_served(artifact: str | Path | ProgramFile, *, lm_spec: str | None = None,
-                api_base: str | None = None, api_key_env: str | None = None,
-                max_tokens: int = 512, lm_threads: int | None = None, cache: bool = True,
+def load_served(artifact: str | Path | ProgramFile, *, lm: LMSpec | str | None = None,
+                lm_spec: str | None = None, api_base: str | None = None,
+                api_key_env: str | None = None, max_tokens: int = 512,
+                lm_threads: int | None = None, cache: bool = True,
                 index: str | None = None, index_root: str | None = None,
                 concurrency: int | None = None) -> ServedProgram:
     """Build the LM, then load the program file through the one loader
@@ -94,15 +97,17 @@ def load_served(artifact: str | Path | ProgramFile, *, lm_spec: str | None = Non
 
     ``artifact``: an artifact or a program's own ``.save()`` JSON, or the
     :class:`~ambiqa.api.loader.ProgramFile` the CLI already read before it started listening
-    (so the file is read once).
+    (so the file is read once). ``lm``: the LM as an :class:`~ambiqa.lm.factory.LMSpec` (what
+    the CLI passes) or a spec string; without it the keywords ``lm_spec``, ``api_base``,
+    ``api_key_env``, ``max_tokens``, ``lm_threads`` and ``cache`` make the spec (the older
+    calling form). Either way the LM is built the one way every command builds it,
+    :meth:`LMSpec.build`, which probes an endpoint first: never "ready" in front of a dead
+    endpoint whose answers the cache would fake (issue 42).
     """
-    from ambiqa.lm import check_reachable, make_lm
-    from ambiqa.retrieval.factory import describe
-
-    lm = make_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens,
-                 threads=lm_threads, cache=cache)
-    # never "ready" in front of a dead endpoint whose answers the cache would fake (issue 42)
-    check_reachable(lm)
+    spec = LMSpec.of(lm) if lm is not None else LMSpec(
+        model=lm_spec, api_base=api_base, api_key_env=api_key_env, max_tokens=max_tokens,
+        threads=lm_threads, cache=cache)
+    built = spec.build()
     pf = artifact if isinstance(artifact, ProgramFile) else read_program_file(artifact)
     found = open_program(pf, index=index or None, index_root=index_root)
     program = found.program
@@ -111,8 +116,8 @@ def load_served(artifact: str | Path | ProgramFile, *, lm_spec: str | None = Non
     info = {**(manifest.get("retriever") or {}), **{k: v for k, v in info.items() if v}}
     if index:
         info["opened_as"] = index
-    return ServedProgram(program=program, lm=lm, artifact=str(pf.path), manifest=manifest,
-                         index=info, lm_slots=choose_slots(lm, concurrency))
+    return ServedProgram(program=program, lm=built, artifact=str(pf.path), manifest=manifest,
+                         index=info, lm_slots=choose_slots(built, concurrency))
 
 
 def choose_slots(lm: Any, concurrency: int | None) -> int:

@@ -19,6 +19,7 @@ import dspy
 import pytest
 
 import ambiqa
+from ambiqa.api import LMSpec
 from ambiqa.api.loader import open_program, read_program_file
 from ambiqa.cli import main
 from ambiqa.errors import AmbiqaError, ArtifactError, ConfigError
@@ -100,6 +101,8 @@ def _run(command: str, path: Path, monkeypatch, capsys, *, verify: bool = True) 
     monkeypatch.setattr("ambiqa.cli.run_cmds.lm_from_args", lm_from_args)
     monkeypatch.setattr("ambiqa.cli.optimize_cmds.lm_from_args", lm_from_args)
     monkeypatch.setattr("ambiqa.lm.make_lm", make_lm)
+    # every LM a command builds from a spec (evaluate, serve) is built by LMSpec.build
+    monkeypatch.setattr(LMSpec, "build", lambda self: make_lm())
     capsys.readouterr()
     try:
         if command == "load":
@@ -107,7 +110,7 @@ def _run(command: str, path: Path, monkeypatch, capsys, *, verify: bool = True) 
             configure(make_lm())
             prog(question=Q)
         elif command == "evaluate":
-            ambiqa.evaluate(path, QUESTIONS, make_lm=lambda: make_lm())
+            ambiqa.evaluate(path, QUESTIONS, lm=LMSpec())
         elif command == "ask":
             code = main(["ask", Q, "--artifact", str(path)])
             run.ok, run.error = code == 0, capsys.readouterr().err
@@ -332,7 +335,7 @@ def test_evaluate_and_serve_read_the_file_once(towns, tmp_path, opens, validatio
     validations.clear()
     from ambiqa.serve.loading import load_served
 
-    monkeypatch.setattr("ambiqa.lm.make_lm", lambda *a, **k: vanilla_rag_lm())
+    monkeypatch.setattr(LMSpec, "build", lambda self: vanilla_rag_lm())
     pf = read_program_file(path)  # what `ambiqa serve` does before it listens
     served = load_served(pf)
     assert served.program.retriever.fingerprint == towns.fingerprint

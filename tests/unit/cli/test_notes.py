@@ -161,15 +161,15 @@ def test_ask_prints_one_note_instead_of_dspys_truncation_warning(monkeypatch, ca
 def test_evaluate_folds_them_too_and_serve_does_not(tmp_path, monkeypatch, capsys):
     import dspy
 
-    from ambiqa.cli import eval_cmds
+    from ambiqa.api import LMSpec
     from ambiqa.cli.notes import LIVE_WARNINGS
-    from ambiqa.lm import configure
 
     questions = tmp_path / "q.jsonl"
     questions.write_text('{"question": "Capital of France?", "answers": ["Paris"]}\n'
                          '{"question": "Capital of Italy?", "answers": ["Rome"]}\n')
     lm = _truncating_lm()
-    monkeypatch.setattr(eval_cmds, "lm_from_args", lambda args: configure(lm))
+    # evaluate passes its LM flags down as an LMSpec; the api builds it (issue 44)
+    monkeypatch.setattr(LMSpec, "build", lambda self: lm)
     saved = dspy.settings.lm
     try:
         assert main(["evaluate", "closed_book", "--data", f"jsonl:{questions}", "--metrics",

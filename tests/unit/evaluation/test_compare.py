@@ -155,12 +155,12 @@ def test_compare_cli_writes_markdown_and_plot(tmp_path, capsys):
 @pytest.fixture()
 def scripted_cli(monkeypatch):
     """`ambiqa evaluate` with a scripted LM instead of the embedded one."""
-    from ambiqa.cli import eval_cmds
-    from ambiqa.lm import configure
+    from ambiqa.api import LMSpec
 
     lm = scripted_lm({"ClosedBookLongAnswer": {"long_answer": "It was 2007."},
                       "ReadShortAnswer": {"answer": "2007"}})
-    monkeypatch.setattr(eval_cmds, "lm_from_args", lambda args: configure(lm))
+    # evaluate passes its LM flags down as an LMSpec; the api builds it (issue 44)
+    monkeypatch.setattr(LMSpec, "build", lambda self: lm)
     yield lm
     import dspy
 
