@@ -32,10 +32,10 @@ from ambiqa.errors import ConfigError
 from ambiqa.fsutil import atomic_write_text
 from ambiqa.optimizers.demo_plan import parse_plan
 from ambiqa.optimizers.recipes import (
-    TELEPROMPTERS,
     TUNE_TELEPROMPTERS,
     get_recipe,
     split_train,
+    teleprompter_names,
     usable_examples,
 )
 from ambiqa.programs.registry import build_program, program_class
@@ -299,7 +299,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="training split, e.g. asqa:train:50 (default: the program's recipe)")
     p.add_argument("--dev", default=None, help="held-out split to score the result")
     p.add_argument("--metric", default=None, help="default: the program's recipe (d-f1 / f1)")
-    p.add_argument("--optimizer", default="bootstrap", choices=list(TELEPROMPTERS),
+    p.add_argument("--optimizer", default="bootstrap", choices=list(teleprompter_names()),
                    help="the teleprompter (default bootstrap; each is described below)")
     p.add_argument("--k", type=at_least(0), default=2, help="demos per predictor")
     p.add_argument("--seed", type=int, default=0,

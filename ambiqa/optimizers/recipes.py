@@ -29,14 +29,17 @@ comparison on dev shows another one holds up better (see the issue-34 notes in
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.optimizers.registry import teleprompter_names
 from ambiqa.programs.registry import program_class
 
-#: the built-in teleprompters (:mod:`ambiqa.optimizers.registry`; more may be registered)
+#: the teleprompters registered when this module was imported (the built-in ones). A list
+#: read later -- the CLI's ``--optimizer`` choices, a recipe's :meth:`Recipe.describe` -- calls
+#: :func:`~ambiqa.optimizers.registry.teleprompter_names` then instead, so a teleprompter
+#: registered after this import is offered too (issue 44)
 TELEPROMPTERS = teleprompter_names()
 #: teleprompters a tuning trial may choose (the others cost a whole search per trial)
 TUNE_TELEPROMPTERS = ("labeled", "bootstrap", "knn")
@@ -75,12 +78,14 @@ class Recipe:
     alt_metrics: tuple[str, ...] = ()
     multi_answer: bool = False
     notes: str = ""
-    teleprompters: tuple[str, ...] = field(default=TELEPROMPTERS)
+    #: the teleprompters this program may use; None: every one registered when asked
+    teleprompters: tuple[str, ...] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"program": self.program, "metric": self.metric, "train": self.train,
                 "knobs": [k.describe() for k in self.knobs], "alt_metrics": list(self.alt_metrics),
-                "multi_answer": self.multi_answer, "teleprompters": list(self.teleprompters),
+                "multi_answer": self.multi_answer,
+                "teleprompters": list(self.teleprompters or teleprompter_names()),
                 "notes": self.notes}
 
 

@@ -68,9 +68,7 @@ def test_the_help_listing_names_it(toy):
     assert "the student unchanged (a registry test)" in optimizers_listing()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 44: optimizers/recipes.TELEPROMPTERS is computed "
-                   "once at import, so `--optimizer` choices miss a teleprompter registered "
-                   "later; read teleprompter_names() when the parser is built")
 def test_the_cli_accepts_it_as_optimizer(toy):
+    """The parser reads the registry when it is built, not a list frozen at import."""
     args = build_parser().parse_args(["compile", "vanilla_rag", "--optimizer", "toy-unchanged"])
     assert args.optimizer == "toy-unchanged"
