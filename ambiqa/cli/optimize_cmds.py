@@ -94,11 +94,14 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
     if choice is not None and choice.get("select") and len(trainset) >= 3:
         n_select = min(len(split_train(trainset)[1]), choice.get("select_val") or 20)
         trainset = trainset[n_select:]
-    n_variants = len(choice.get("candidates") or []) if choice is not None else 0
-    if choice is not None and choice.get("candidates") is None and per_q["writer_lm_calls"]:
-        from ambiqa.optimizers.compile import DEFAULT_VARIANTS
+    variants: list[Any] = []
+    if choice is not None and choice.get("candidates") is not None:
+        variants = [parse_plan(text) for text in choice["candidates"]]
+    elif choice is not None and per_q["writer_lm_calls"]:
+        from ambiqa.optimizers.compile import DEFAULT_VARIANTS  # loads DSPy: not for --help
 
-        n_variants = len(DEFAULT_VARIANTS)
+        variants = list(DEFAULT_VARIANTS)
+    n_variants = len(variants)
     n_val = len(split_train(trainset)[1]) if len(trainset) > 1 else 0
     n_train = len(trainset)
     if estimate_args.get("optimizer") in ("bootstrap-rs", "mipro", "tune"):
@@ -107,7 +110,7 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
         n_val = min(n_val, n_val_limit)
     est = estimate(per_q, n_train=n_train, n_val=n_val,
                    n_predictors=len(list(program.named_predictors())), n_select=n_select,
-                   n_variants=n_variants, **estimate_args)
+                   variants=variants, **estimate_args)
     est.update(program=program_name, train=train_spec, n_train=n_train, n_val=n_val,
                n_select=n_select, n_variants=n_variants,
                note=f"estimate; the sample run itself spent "

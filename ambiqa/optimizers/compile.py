@@ -192,8 +192,14 @@ def _without_demos(program: dspy.Module) -> dspy.Module:
 
 
 #: candidates tried on top of a compiled long-answer program when none are given: the writer
-#: is where the stored compiles lost (its answers copy its demos' length)
-DEFAULT_VARIANTS = ({"writer": "none"}, {"writer": "gold:1"})
+#: is where the stored compiles lost (its answers copy its demos' length), and clarify with it
+#: (compile-v3's clarify and writer demos undid what its signal demos gained upstream; the
+#: third keeps the compiled upstream demos and runs clarify and the writer zero-shot, the
+#: compile-v4 candidate). A program without a clarify predictor skips the third, recorded in
+#: the selection as skipped; one whose only demos are clarify's and the writer's costs no LM
+#: call for it (every call is the zero-shot candidate's, answered from the memo).
+DEFAULT_VARIANTS = ({"writer": "none"}, {"writer": "gold:1"},
+                    {"clarify": "none", "writer": "none"})
 
 
 def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,

@@ -24,6 +24,7 @@ counts for the scripted LM); treat the result as an order of magnitude, not a qu
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ambiqa.optimizers.registry import get_teleprompter
@@ -48,9 +49,11 @@ def sample_cost(program: Any, examples: list[Any], metric: Any = None) -> dict[s
                 except Exception:
                     pass
     calls = prog.lm_calls / n
-    writer = (prog.summary().get("by_signature") or {}).get("WriteLongAnswer") or {}
+    by_sig = prog.summary().get("by_signature") or {}
+    writer = by_sig.get("WriteLongAnswer") or {}
     return {"n_sample": len(examples), "lm_calls": calls,
             "writer_lm_calls": writer.get("calls", 0) / n,
+            "clarify_lm_calls": (by_sig.get("ClarifyFromPassages") or {}).get("calls", 0) / n,
             "input_tokens": prog.input_tokens / n, "output_tokens": prog.output_tokens / n,
             "metric_lm_calls": scoring.lm_calls / n,
             "metric_tokens": (scoring.input_tokens + scoring.output_tokens) / n,
@@ -63,10 +66,27 @@ def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int
     return get_teleprompter(optimizer).program_calls(n_train, n_val, num_candidates, trials)
 
 
+#: a demo plan's keys -> the per-question call count of the predictor they name
+_VARIANT_CALLS = {"writer": "writer_lm_calls", "long_answer": "writer_lm_calls",
+                  "write": "writer_lm_calls", "clarify": "clarify_lm_calls"}
+
+
+def variant_lm_calls(per_q: dict[str, float],
+                     variants: Sequence[Mapping[str, str]]) -> float:
+    """LM calls per validation question that the demo-plan ``variants`` add to a selection:
+    each pays the calls of the predictors it changes (writer, clarify); what runs upstream of
+    them is answered from the call memo. A key with no measured count costs one writer's
+    calls (a guess, never 0)."""
+    writer = per_q.get("writer_lm_calls", 0.0)
+    return sum(per_q.get(_VARIANT_CALLS.get(key, ""), writer)
+               for plan in variants for key in plan)
+
+
 def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: int = 0,
              k: int = 2, num_candidates: int = 4, trials: int = 0, n_dev: int = 0,
              n_predictors: int = 1, tune_pools: bool = False, n_select: int = 0,
-             n_variants: int = 0) -> dict[str, Any]:
+             n_variants: int = 0, variants: Sequence[Mapping[str, str]] | None = None,
+             ) -> dict[str, Any]:
     """LM calls and tokens for one compile (``optimizer``) or one tuning study (``trials``
     trials scored on ``n_val`` held-out questions, pools bootstrapped once if
     ``tune_pools``), plus scoring ``n_dev`` dev questions.
@@ -75,7 +95,9 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
     zero-shot program and the compiled one each run in full on them (the input program is
     the zero-shot one unless it came with demos), and each of ``n_variants`` writer-only
     candidates pays only its writer calls (``per_q["writer_lm_calls"]``), the rest coming
-    from the call memo."""
+    from the call memo. ``variants`` (the plans themselves, e.g. ``compile.DEFAULT_VARIANTS``)
+    replaces ``n_variants``: each pays the calls of the predictors it changes
+    (:func:`variant_lm_calls`)."""
     c = per_q["lm_calls"]
     t_in, t_out = per_q["input_tokens"], per_q["output_tokens"]
     per_call = (t_in + t_out) / c if c else 0.0
@@ -88,11 +110,13 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
         with_demos += n_dev
         proposer = get_teleprompter(optimizer).proposer_calls(plain, n_predictors,
                                                               num_candidates)
-    selection = n_select * (2 * c + n_variants * per_q.get("writer_lm_calls", 0.0))
+    downstream = (variant_lm_calls(per_q, variants) if variants is not None
+                  else n_variants * per_q.get("writer_lm_calls", 0.0))
+    selection = n_select * (2 * c + downstream)
     plain += n_select  # the zero-shot candidate; the compiled one is counted below
     with_demos += n_select
     questions = plain + with_demos
-    calls = questions * c + proposer + n_select * n_variants * per_q.get("writer_lm_calls", 0.0)
+    calls = questions * c + proposer + n_select * downstream
     demo_in = k * per_call * c  # extra input tokens per question from k demos per call
     tokens_in = questions * t_in + with_demos * demo_in + proposer * per_call
     tokens_out = questions * t_out + proposer * t_out / max(c, 1)

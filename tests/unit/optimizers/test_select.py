@@ -266,6 +266,19 @@ def test_dry_run_states_the_cost_of_the_choice(capsys, tmp_path):
         shutdown()
     est = json.loads(capsys.readouterr().out)
     per_q = est["per_question"]
-    assert per_q["writer_lm_calls"] == 1 and est["n_select"] == 3 and est["n_variants"] == 2
-    # zero-shot and the compiled program in full, the two writer variants at one call each
-    assert est["selection_lm_calls"] == round(3 * (2 * per_q["lm_calls"] + 2 * 1))
+    assert per_q["writer_lm_calls"] == 1 and est["n_select"] == 3 and est["n_variants"] == 3
+    assert per_q["clarify_lm_calls"] == 1
+    # zero-shot and the compiled program in full, the two writer variants at one call each,
+    # the clarify-and-writer variant at two
+    assert est["selection_lm_calls"] == round(3 * (2 * per_q["lm_calls"] + 1 + 1 + 2))
+
+
+def test_each_variant_pays_the_calls_of_the_predictors_it_changes() -> None:
+    from ambiqa.optimizers.compile import DEFAULT_VARIANTS
+    from ambiqa.optimizers.estimate import variant_lm_calls
+
+    per_q = {"writer_lm_calls": 1.0, "clarify_lm_calls": 1.5}
+    # writer=none, writer=gold:1 (one writer call each), clarify=none+writer=none (both)
+    assert variant_lm_calls(per_q, DEFAULT_VARIANTS) == 1.0 + 1.0 + (1.5 + 1.0)
+    # a key with no measured count is priced as a writer, never as free
+    assert variant_lm_calls(per_q, [{"verify": "signal:2"}]) == 1.0
