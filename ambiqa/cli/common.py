@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -66,17 +65,16 @@ def program_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def metric_fns(names: list[str], reader: Any) -> dict[str, Any]:
-    from ambiqa.evaluation.registry import get_metric, with_set_parts
+    """Each metric (set-level parts included) bound to ``reader``: the api's
+    :func:`ambiqa.api.jobs.metric_fns`, the one place that binds them."""
+    from ambiqa.api.jobs import metric_fns as bind  # the api loads DSPy: not for --help
 
-    fns = {}
-    for name in with_set_parts(list(names)):  # DR is computed from its parts' set means
-        fn = get_metric(name)
-        fns[name] = functools.partial(fn, reader=reader)
-    return fns
+    return bind(names, reader)
 
 
 def reader_from_args(args: argparse.Namespace) -> Any:
-    from ambiqa.evaluation.reader import make_reader
+    """The D-F1 reader ``--reader`` names, made by the api (:func:`ambiqa.api.jobs.make_reader`)."""
+    from ambiqa.api.jobs import make_reader  # the api loads DSPy: not for --help
 
     return make_reader(getattr(args, "reader", None))
 

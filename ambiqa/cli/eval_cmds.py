@@ -25,17 +25,14 @@ from ambiqa.errors import ConfigError
 
 
 def _metric_names(text: str) -> list[str]:
-    """``--metrics`` of ``ambiqa compare`` as canonical names (``evaluate`` passes its flag
-    as typed: the api's plan decides the names once)."""
-    from ambiqa.evaluation.registry import canonical_name, get_metric, with_set_parts
+    """``--metrics`` of ``ambiqa compare`` as canonical names, decided by the api's
+    :func:`ambiqa.api.plan.metric_names` (``evaluate`` passes its flag to the api as typed)."""
+    from ambiqa.api.plan import metric_names  # the api loads DSPy: not for --help
 
     names = [m.strip() for m in str(text).split(",") if m.strip()]
     if not names:
         raise ConfigError("--metrics is empty", hint="e.g. --metrics str-em,rouge-l,d-f1,dr")
-    for name in names:
-        get_metric(name)  # unknown names fail here, naming the closest one
-    out = [canonical_name(n) for n in names]  # one spelling per metric in results.jsonl
-    return with_set_parts(out)
+    return metric_names(names, [])
 
 
 #: how ``evaluate``'s flags spell the settings the api checks (its messages name the flag)

@@ -56,8 +56,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded default: index, compile, export, load, ask."""
+    from ambiqa.api.jobs import make_reader
     from ambiqa.data import demo_corpus_path, load_dataset
-    from ambiqa.evaluation.reader import make_reader
     from ambiqa.optimizers.export import export_prompts, render
     from ambiqa.retrieval.colbert import ColBERTRetriever
     from ambiqa.retrieval.factory import index_root
