@@ -6,7 +6,8 @@
 # Both on the first N ASQA dev questions, alternating in chunks of 5 so that the two arms stay
 # paired whenever the run is stopped; --resume continues. D-F1 is left out here (no reader v3
 # on this machine); the rows keep the long answers, so benchmarks.reader_rescore adds it later
-# without an LM call.
+# without an LM call. --retry-errors: a question that failed (an LM call past its deadline on
+# a loaded machine) is asked again by the next chunk rather than kept as a 0.
 #   AMBIQA_CACHE=... bash benchmarks/results/compile-v4/run.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -22,7 +23,7 @@ for ((n = 5; n <= N; n += 5)); do
     target=diva; [ "$arm" = diva-zeroshot ] || target=$R/$arm.json
     log "eval $arm n=$n start"
     nice ambiqa evaluate "$target" --data "asqa:dev:$n" --index wiki-dense \
-      --metrics str-em,rouge-l --threads 2 --out "$R/runs/$arm" --resume \
+      --metrics str-em,rouge-l --threads 2 --out "$R/runs/$arm" --resume --retry-errors \
       >> "$R/eval-$arm.log" 2>&1 || log "eval $arm n=$n FAILED"
     log "eval $arm n=$n done"
   done
