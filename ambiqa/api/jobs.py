@@ -50,6 +50,7 @@ from ambiqa.evaluation.registry import (
     with_set_parts,
 )
 from ambiqa.evaluation.reports.report import write_run_report
+from ambiqa.evaluation.runs.run_dir import data_fingerprint, lm_settings
 from ambiqa.evaluation.runs.runner import evaluate as run_evaluation
 from ambiqa.fsutil import atomic_write_text
 from ambiqa.lm import configure, lm_id
@@ -170,15 +171,24 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
         note = stand_in_note(reader, explicit=bool(cfg.reader))
         if note:
             log.warning(note)
+    examples = list(plan.examples)
+    # what only the built LM knows (max tokens, temperature, endpoint: they change answers)
+    # read from the LM this run built, never back from DSPy's settings; the data's
+    # fingerprint last (a --part recorded the whole data set's already)
+    lm_fields = {k: v for k, v in lm_settings(lm).items() if getattr(plan.run_spec, k) is None}
+    if "data_sha" not in extra:
+        extra = {**extra, **data_fingerprint(examples)}
     spec = dataclasses.replace(plan.run_spec, reader=getattr(reader, "name", None),
                                judge=judge_name(list(plan.metrics)),
-                               index_fingerprint=_fingerprint(program), extra=extra)
-    summary = run_evaluation(program, list(plan.examples),
+                               index_fingerprint=_fingerprint(program), extra=extra,
+                               **lm_fields)
+    summary = run_evaluation(program, examples,
                              metric_fns(list(plan.metrics), reader, expanded=True),
                              out_dir=plan.out, spec=spec, resume=cfg.resume,
                              threads=cfg.threads, max_error_rate=cfg.max_error_rate,
                              timeout_s=cfg.timeout_s, retry_errors=cfg.retry_errors,
-                             progress=cfg.progress, report=write_run_report, lm=lm)
+                             progress=cfg.progress, report=write_run_report,
+                             spec_complete=True)
     return EvaluateResult(summary, spec, plan.out, program)
 
 

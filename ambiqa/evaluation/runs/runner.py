@@ -171,7 +171,8 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
              out_dir: Path | None = None, spec: RunSpec | None = None, resume: bool = False,
              threads: int = 1, max_error_rate: float = 0.5, progress: bool = True,
              timeout_s: float | None = None, retry_errors: bool = False,
-             report: ReportWriter | None = None, lm: Any = None) -> dict[str, Any]:
+             report: ReportWriter | None = None,
+             spec_complete: bool = False) -> dict[str, Any]:
     """Run ``program`` on ``examples``, score with ``metrics``, return the summary.
 
     ``timeout_s`` bounds each example (program call and scoring each get that long);
@@ -186,10 +187,12 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
 
     One writer per run directory: ``out_dir`` is locked for the whole run
     (:func:`~ambiqa.evaluation.runs.run_dir.lock_run_dir`); a second process is refused with the
-    holder's pid. The spec records the max tokens, temperature and endpoint of ``lm`` (the LM
-    the caller built for the run; default: DSPy's configured LM) when the caller left them
-    unset, and every row the hash of its data row, so a resume
-    proves it continues the same run: a row whose data changed is run again, named.
+    holder's pid. The spec records the configured LM's max tokens, temperature and endpoint
+    when the caller left them unset (``spec_complete``: the caller -- the api's plan, which
+    built the LM and holds the data -- recorded those and the data fingerprint itself, so
+    nothing is read back from DSPy's settings or worked out twice), and every row the hash
+    of its data row, so a resume proves it continues the same run: a row whose data changed
+    is run again, named.
     """
     release = None
     if out_dir is not None:
@@ -200,26 +203,22 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         return _evaluate(program, examples, metrics, out_dir=out_dir, spec=spec,
                          resume=resume, threads=threads, max_error_rate=max_error_rate,
                          progress=progress, timeout_s=timeout_s, retry_errors=retry_errors,
-                         report=report, lm=lm)
+                         report=report, spec_complete=spec_complete)
     finally:
         if release is not None:
             release()
 
 
-def _with_lm_settings(spec: RunSpec | None, lm: Any = None) -> RunSpec | None:
-    """``spec`` with the max tokens, temperature and endpoint of ``lm`` filled in where the
-    caller left them unset (they change answers; a resume must share them). ``lm``: the LM
-    the caller built for this run (the api passes it, so nothing is read back from DSPy's
-    settings); None: DSPy's configured LM, for callers that configured it themselves."""
+def _with_lm_settings(spec: RunSpec | None) -> RunSpec | None:
+    """``spec`` with the configured LM's max tokens, temperature and endpoint filled in
+    where the caller left them unset (they change answers; a resume must share them)."""
     if spec is None:
         return None
     import dataclasses
 
-    if lm is None:
-        import dspy
+    import dspy
 
-        lm = dspy.settings.lm
-    found = lm_settings(lm)
+    found = lm_settings(dspy.settings.lm)
     fill = {k: v for k, v in found.items() if getattr(spec, k) is None}
     return dataclasses.replace(spec, **fill) if fill else spec
 
@@ -259,10 +258,11 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
               out_dir: Path | None, spec: RunSpec | None, resume: bool, threads: int,
               max_error_rate: float, progress: bool, timeout_s: float | None,
               retry_errors: bool, report: ReportWriter | None,
-              lm: Any = None) -> dict[str, Any]:
+              spec_complete: bool = False) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     results: ResultsFile | None = None
-    spec = _with_data_fingerprint(_with_lm_settings(spec, lm), examples)
+    if not spec_complete:
+        spec = _with_data_fingerprint(_with_lm_settings(spec), examples)
     if out_dir is not None:
         results = prepare_run_dir(out_dir, spec, resume)
         rows = results.read() if resume else []
