@@ -284,15 +284,16 @@ class EvaluateJob:
         import dataclasses
         import os
 
-        from ambiqa.api import evaluate
+        from ambiqa.api import LMSpec, evaluate
 
         # run.json's LM as `ambiqa evaluate` records it: --lm, else $AMBIQA_LM, else the
         # embedded default; an LM object passed in (tests) is labelled by --lm alone
         label = self.lm or (None if lm_object is not None
                             else os.environ.get("AMBIQA_LM") or "embedded")
         settings = dataclasses.replace(self.settings, lm_label=label)
-        return evaluate(self.target, self.data, settings, lm=lm_object, retriever=retriever,
-                        make_lm=lambda: _make_lm(self.lm)).summary
+        return evaluate(self.target, self.data, settings, retriever=retriever,
+                        lm=lm_object if lm_object is not None else LMSpec(model=self.lm)
+                        ).summary
 
 
 def evaluate_job(ds: Dataset, program: str, n: int, out: Path, *, lm: str | None,

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,21 +122,8 @@ class EvaluateResult:
         return int(self.summary["n"])
 
 
-@dataclass(frozen=True)
-class _CallbackSpec(LMSpec):
-    """The deprecated ``make_lm=`` callback as a spec (built, like any spec, after the
-    checks). Only ``benchmarks/compare_methods.py`` still passes one; remove this once it
-    passes ``lm=LMSpec(...)`` (issue 44)."""
-
-    factory: Callable[[], Any] | None = None
-
-    def build(self) -> Any:
-        return self.factory() if self.factory is not None else super().build()
-
-
 def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *,
-             lm: Any = None, retriever: Any = None,
-             make_lm: Callable[[], Any] | None = None, **overrides: Any) -> EvaluateResult:
+             lm: Any = None, retriever: Any = None, **overrides: Any) -> EvaluateResult:
     """Run ``target`` on ``data`` and score it (see the module docstring for the arguments).
 
     The settings become one frozen :class:`~ambiqa.api.plan.EvaluatePlan`
@@ -146,15 +131,9 @@ def evaluate(target: Any, data: Any, settings: EvaluateSettings | None = None, *
     first, so a typo costs a second, not an LM load, and never touches results already
     written), which :func:`run_plan` executes. ``lm``: an LM object, a spec string or an
     :class:`~ambiqa.lm.factory.LMSpec`, built only once those checks passed (the CLI passes
-    its flags as a spec); None uses DSPy's configured LM. ``make_lm``: deprecated (a
-    callback building the LM; pass an ``LMSpec`` instead).
+    its flags as a spec); None uses DSPy's configured LM.
     """
     cfg = settings_from(settings, EvaluateSettings, overrides)
-    if make_lm is not None:
-        warnings.warn("evaluate(make_lm=...) is deprecated: pass lm=ambiqa.api.LMSpec(...)",
-                      DeprecationWarning, stacklevel=2)
-        if lm is None:
-            lm = _CallbackSpec(factory=make_lm)
     return run_plan(plan_evaluate(target, data, cfg, lm=lm, retriever=retriever))
 
 
