@@ -38,12 +38,19 @@ def _show_serve_log(level: str) -> None:
     import logging
 
     logger = logging.getLogger("ambiqa.serve")
-    logger.setLevel(level.upper())
-    if not any(getattr(h, "_ambiqa_serve", False) for h in logger.handlers):
+    wanted = logging.getLevelName(level.upper())
+    # the level goes on our handler; the logger is only ever opened further (to let INFO
+    # through), never closed: `serve --log-level critical` run in-process (a test, a script)
+    # must not silence the app's warnings for everything that runs after it
+    if logger.getEffectiveLevel() > wanted:
+        logger.setLevel(wanted)
+    handler = next((h for h in logger.handlers if getattr(h, "_ambiqa_serve", False)), None)
+    if handler is None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._ambiqa_serve = True  # type: ignore[attr-defined]  # added once per process
         logger.addHandler(handler)
+    handler.setLevel(wanted)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
