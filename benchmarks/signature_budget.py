@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
+
+from benchmarks.compile_targets import wilson  # one Wilson interval for every benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -42,17 +43,6 @@ DEFAULT_RUNS = ("evidence/asqa/diva", "evidence/asqa/vanilla_rag", "evidence/asq
                 "compile-v4/runs/diva-zeroshot", "compile-v4/runs/diva-signal-inner-writer0")
 PARSE_TARGET = 0.95
 TRUNCATION_TARGET = 0.02
-Z95 = 1.959964
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of k successes in n (0..1 when n is 0: nothing is known)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def verdict(low: float, high: float, target: float, *, at_least: bool, n: int) -> str:
