@@ -18,6 +18,7 @@ program's own ``.save()`` JSON, a module) are resolved by :func:`ambiqa.api.targ
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -314,7 +315,8 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
                                        allow_eval_splits=cfg.allow_eval_splits,
                                        demos=cfg.demos, select=cfg.select,
                                        select_val=cfg.select_val, candidates=cfg.candidates,
-                                       force=cfg.force, metric_name=metric, **cfg.options)
+                                       force=cfg.force, metric_name=metric, say=say,
+                                       **cfg.options)
     selection = report.settings.get("selection") or {}
     if selection.get("reason") or selection.get("skipped"):
         say(selection.get("reason") or f"not checked against zero-shot: {selection['skipped']}")
@@ -350,6 +352,11 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     path = None
     if cfg.out is not None:
         path = save_artifact(Path(cfg.out), compiled, manifest)
+        if report.selection_answers:
+            side = path.with_name(path.stem + ".selection.jsonl")
+            atomic_write_text(side, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                            for r in report.selection_answers))
+            say(f"wrote {side}: each candidate's answer to each validation question")
         budget_note = " (stopped at the LM-call budget)" if report.stopped_by_budget else ""
         say(f"wrote {path}: demos per predictor {report.demos_per_predictor}, dev {metric} = "
             f"{scores.get('dev', float('nan')):.3f}, {report.cost['lm_calls']} LM calls"

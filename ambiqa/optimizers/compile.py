@@ -25,6 +25,7 @@ MIPROv2 checks it only before it starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,8 @@ class CompileReport:
     stopped_by_budget: bool = False
     nan_scores: int = 0
     data_guard: dict[str, Any] = field(default_factory=dict)
+    #: every candidate's answer per validation question (``Selection.answer_rows``)
+    selection_answers: list[dict[str, Any]] = field(default_factory=list)
 
 
 def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str = "bootstrap",
@@ -83,7 +86,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     demos: str | dict[str, Any] | None = None,
                     select: bool = False, select_val: int | None = None,
                     candidates: list[Any] | None = None, force: bool = False,
-                    metric_name: str = "metric",
+                    metric_name: str = "metric", say: Callable[[str], None] | None = None,
                     ) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
 
@@ -109,7 +112,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     program, the input program, the result and its ``candidates`` (demo plans applied on top
     of it; default for a long-answer program: the writer with no demos and with one gold demo)
     there and ship the best, zero-shot unless something beats it or ``force``
-    (:mod:`ambiqa.optimizers.select`)."""
+    (:mod:`ambiqa.optimizers.select`); ``say`` gets its progress lines."""
     check_teleprompter(optimizer)
     check_int("threads", threads, 1)
     if not trainset:
@@ -160,7 +163,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
                                label=optimizer + ("+plan" if plan else ""),
                                variants=candidates, force=force, metric_name=metric_name,
-                               seed=seed, k=k, budget=budget)
+                               seed=seed, k=k, budget=budget, say=say)
     report.stopped_by_budget = budget.stopped
     report.nan_scores = safe.nan if safe is not None else 0
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
@@ -205,7 +208,8 @@ DEFAULT_VARIANTS = ({"writer": "none"}, {"writer": "gold:1"},
 def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
             valset: list[Any], trainset: list[Any], metric: SafeMetric | None,
             report: CompileReport, *, label: str, variants: list[Any] | None, force: bool,
-            metric_name: str, seed: int, k: int, budget: Budget) -> dspy.Module:
+            metric_name: str, seed: int, k: int, budget: Budget,
+            say: Callable[[str], None] | None = None) -> dspy.Module:
     """Score the candidates on ``valset`` and return the one to ship (see
     :mod:`ambiqa.optimizers.select`); the selection goes into ``report.settings``."""
     cands = [Candidate(ZERO_SHOT, zero_shot), Candidate(INPUT, given),
@@ -226,11 +230,12 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
         cands.append(Candidate(f"{label}+{text}", program, note=text))
     try:
         shipped, selection = choose(cands, valset, metric, metric_name=metric_name,
-                                    preferred=label, force=force, budget=budget)
+                                    preferred=label, force=force, budget=budget, say=say)
     except BudgetExhausted:
         report.settings["selection"] = {"skipped": "the LM-call budget ran out before every "
                                                    "candidate was scored: not checked"}
         return compiled
+    report.selection_answers = selection.answer_rows()
     report.settings["selection"] = {**selection.to_dict(),
                                     **({"variants_skipped": skipped} if skipped else {})}
     report.val_score = next(r["mean"] for r in selection.rows

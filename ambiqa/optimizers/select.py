@@ -30,7 +30,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,38 +110,53 @@ class Selection:
     forced: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "n_val": self.n_val, "candidates": self.rows,
+        rows = [{k: v for k, v in r.items() if k != "answers"} for r in self.rows]
+        return {"metric": self.metric, "n_val": self.n_val, "candidates": rows,
                 "shipped": self.shipped, "reason": self.reason, "forced": self.forced}
 
     def line(self) -> str:
         """The one line a compile prints about its choice."""
         return self.reason
 
+    def answer_rows(self) -> list[dict[str, Any]]:
+        """Every candidate's answer to every validation question, with its score: what to
+        read when the choice surprises (the manifest keeps only the scores)."""
+        return [{"candidate": r["label"], **a} for r in self.rows for a in r.get("answers", [])]
+
 
 def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallMemo,
                budget: Any) -> dict[str, Any]:
     scores: list[float] = []
+    answers: list[dict[str, Any]] = []
     errors = 0
     start = time.perf_counter()
     hits0 = memo.hits
     with track() as trace, memo.installed(candidate.program):
-        for ex in valset:
+        for i, ex in enumerate(valset):
             if budget is not None:
                 budget.check()
+            qid = str(getattr(ex, "id", "") or i)
             try:
                 pred = candidate.program(question=ex.question)
             except Exception as exc:  # one failing question scores 0, as in any evaluation
                 errors += 1
                 record_event("select", f"{candidate.label} failed: {type(exc).__name__}"[:200])
                 scores.append(0.0)
+                answers.append({"id": qid, "question": ex.question, "answer": None,
+                                "score": 0.0, "error": type(exc).__name__})
                 continue
             try:
                 value = float(metric(ex, pred))
             except (TypeError, ValueError):
                 value = 0.0
             scores.append(0.0 if math.isnan(value) else value)
+            text = pred.get("answer") if isinstance(pred, dict) else getattr(pred, "answer", None)
+            answers.append({"id": qid, "question": ex.question,
+                            "answer": None if text is None else str(text),
+                            "score": scores[-1]})
     cost = trace.summary()
     return {"label": candidate.label, "note": candidate.note, "scores": scores,
+            "answers": answers,
             "mean": sum(scores) / len(scores) if scores else 0.0, "errors": errors,
             "lm_calls": cost.get("lm_calls", 0), "memo_hits": memo.hits - hits0,
             "seconds": round(time.perf_counter() - start, 3)}
@@ -156,12 +171,14 @@ def _paired(scores: list[float], base: list[float]) -> list[float] | None:
 
 def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metric_name: str,
            preferred: str, force: bool = False, budget: Any = None,
-           ) -> tuple[Any, Selection]:
+           say: Callable[[str], None] | None = None) -> tuple[Any, Selection]:
     """Score every candidate on ``valset``; return (the program to ship, the selection).
 
     ``candidates[0]`` must be the zero-shot program. ``preferred`` is the label of the
     teleprompter's own result, shipped whatever the scores when ``force``. Candidates whose
     programs have the same state as an earlier one are scored once (listed as duplicates).
+    ``say`` gets a line as each candidate starts and ends: on the 1.5B a full candidate takes
+    many minutes, and a compile that prints nothing for an hour looks hung.
     """
     if not candidates or candidates[0].label != ZERO_SHOT:
         raise ValueError("the zero-shot program must be the first candidate")
@@ -169,15 +186,23 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
     sel = Selection(metric=metric_name, n_val=len(valset), forced=force)
     seen: dict[str, dict[str, Any]] = {}
     results: list[tuple[Candidate, dict[str, Any]]] = []
-    for cand in candidates:
+    tell = say or (lambda _line: None)
+    for i, cand in enumerate(candidates, 1):
         key = json.dumps({n: _state_key(p) for n, p in cand.program.named_predictors()},
                          sort_keys=True)
         if key in seen:
-            row = {**seen[key], "label": cand.label, "note": cand.note,
+            row = {**seen[key], "label": cand.label, "note": cand.note, "answers": [],
                    "same_as": seen[key]["label"], "lm_calls": 0, "seconds": 0.0}
+            tell(f"candidate {i}/{len(candidates)} {cand.label}: the same program as "
+                 f"{row['same_as']}, not scored again")
         else:
+            tell(f"candidate {i}/{len(candidates)} {cand.label}: scoring on {len(valset)} "
+                 "validation questions ...")
             row = _score_one(cand, valset, metric, memo, budget)
             seen[key] = row
+            tell(f"candidate {i}/{len(candidates)} {cand.label}: {metric_name} "
+                 f"{row['mean']:.3f} ({row['lm_calls']} LM calls, {row['memo_hits']} answered "
+                 f"from the memo, {row['seconds']:.0f} s)")
         results.append((cand, row))
     base = results[0][1]["scores"]
     for _, row in results:

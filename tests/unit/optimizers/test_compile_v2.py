@@ -205,6 +205,11 @@ def test_coverage_aware_metric_is_the_mean_of_d_f1_and_str_em():
                        {"question": "B?", "short_answers": ["beta"]}]}
     pred = {"answer": "alpha and beta"}
     assert get_metric("d-f1-cov")(ex, pred, Reader()) == pytest.approx(0.5 * (0.5 + 1.0))
+    # the reader-free objective: the mean of STR-EM and ROUGE-L, no reader asked
+    ex["long_answers"] = ["The answers are alpha, for A, and gamma, for B."]
+    str_em, rouge = get_metric("str-em")(ex, pred), get_metric("rouge-l")(ex, pred)
+    assert str_em == 1.0 and 0 < rouge < 1
+    assert get_metric("str-rouge")(ex, pred) == pytest.approx(0.5 * (str_em + rouge))
 
 
 # ---- GEPA and SIMBA -------------------------------------------------------------------------

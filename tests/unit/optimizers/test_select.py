@@ -70,7 +70,8 @@ def _rows(report):
 # ---- the choice -------------------------------------------------------------------------------
 def test_compile_refuses_a_worse_candidate_and_ships_zero_shot(use_lm, rag):
     writer_lm(use_lm, demos_help=False)  # gold writer demos make this writer worse
-    compiled, report = _compile(rag, select=True)
+    lines: list[str] = []
+    compiled, report = _compile(rag, select=True, say=lines.append)
     sel = report.settings["selection"]
     rows = _rows(report)
     assert sel["n_val"] == 3 and sel["shipped"] == "zero-shot"
@@ -78,6 +79,11 @@ def test_compile_refuses_a_worse_candidate_and_ships_zero_shot(use_lm, rag):
     assert rows["labeled"]["mean"] < rows["zero-shot"]["mean"]
     assert rows["labeled"]["interval_vs_zero_shot"][1] <= 0
     assert all(not p.demos for _, p in compiled.named_predictors())
+    # a line as each candidate starts and ends, so a long choice does not look hung
+    n = len(sel["candidates"])
+    assert lines[0] == "candidate 1/%d zero-shot: scoring on 3 validation questions ..." % n
+    assert lines[1].startswith("candidate 1/%d zero-shot: str-em " % n) and "LM calls" in lines[1]
+    assert "candidate 2/%d input: the same program as zero-shot, not scored again" % n in lines
     # forced, the teleprompter's result ships and the comparison is still recorded
     forced, report = _compile(rag, select=True, force=True)
     assert report.settings["selection"]["shipped"] == "labeled"
@@ -185,6 +191,20 @@ def test_plan_and_choice_are_recorded_reloaded_and_exported(use_lm, rag, tmp_pat
     text = "\n".join(provenance(read_artifact(out)["manifest"]))
     assert "demos per predictor: clarify.clarify=gold:1 (1)" in text
     assert "chosen on the validation split" in text and "zero-shot" in text
+    # every candidate's answer to every validation question, beside the artifact (the
+    # manifest keeps only the scores); duplicates of a scored candidate add no rows
+    import json
+    side = [json.loads(line) for line in
+            (tmp_path / "rag.selection.jsonl").read_text().splitlines()]
+    sel = opt["selection"]
+    scored = [r for r in sel["candidates"] if not r.get("same_as")]
+    assert len(side) == sel["n_val"] * len(scored)
+    assert {r["candidate"] for r in side} == {r["label"] for r in scored}
+    assert all("answers" not in r for r in sel["candidates"])
+    zero = [r for r in side if r["candidate"] == "zero-shot"]
+    assert [r["score"] for r in zero] == next(
+        r["scores"] for r in sel["candidates"] if r["label"] == "zero-shot")
+    assert all(isinstance(r["answer"], str) and r["question"] for r in zero)
 
 
 # ---- the registry -----------------------------------------------------------------------------

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 46: the first compile of Diva on the default 1.5B that chooses. `labeled` gives every
+# predictor k = 2 gold demos (no LM call); then the zero-shot program, the input (= zero-shot
+# here), the labeled program and six demo plans on top of it are each scored on 12 training
+# questions held out before the teleprompter runs (never dev), and the best by the objective
+# ships -- zero-shot unless something beats it. Objective: str-rouge, the mean of STR-EM and
+# ROUGE-L (a reader-free stand-in for DR: no D-F1 reader is on this machine, issue 42).
+# The plans: the writer alone without demos / with one gold demo, clarify and writer without
+# demos (on the labeled upstream); and on the zero-shot upstream (typing, pseudo-
+# interpretations, verifier and closed book without demos): the writer with one gold demo,
+# clarify with its gold demos and the writer with one, and the writer with its two gold demos.
+# Writer-only plans pay one writer call per question: every upstream call is answered from
+# the compile's memo. A killed run restarts from DSPy's response cache (same requests, same
+# replies), so rerunning this script is its --resume.
+#   bash benchmarks/results/compile-v5/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+R=benchmarks/results/compile-v5
+UP0="typing=none,pseudo_interpretations=none,verify=none,closed_book.answer=none"
+PLANS="writer=none;writer=gold:1;clarify=none,writer=none"
+PLANS+=";$UP0,clarify=none,writer=gold:1;$UP0,writer=gold:1;$UP0,clarify=none"
+echo "$(date -u +%FT%TZ) compile start" >> "$R/progress.log"
+nice ambiqa compile diva --train asqa:train:36 --select-val 12 --optimizer labeled --k 2 \
+  --metric str-rouge --candidates "$PLANS" --index wiki-dense \
+  --out "$R/diva-labeled-choice.json" 2>&1 | tee -a "$R/compile.log"
+echo "$(date -u +%FT%TZ) compile done" >> "$R/progress.log"
