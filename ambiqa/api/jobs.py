@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,10 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
     before the LM loads, build the LM, run and score. Decides nothing the plan decided."""
     cfg = plan.settings
     program = open_planned(plan)
+    if cfg.progress:
+        # what the first question would load in silence (the encoder, a ColBERT searcher),
+        # loaded now and said on stderr with its duration, as `ask` and `serve` do (issue 42)
+        _warm_up(program, lambda line: print(f"ambiqa: {line}", file=sys.stderr, flush=True))
     lm = use_lm(plan.lm)
     reader = make_reader(cfg.reader)
     extra = plan.run_spec.extra
@@ -170,6 +175,12 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
                              progress=cfg.progress, report=write_run_report,
                              spec_complete=True)
     return EvaluateResult(summary, spec, plan.out, program)
+
+
+def _warm_up(program: Any, say: Any) -> None:
+    warm_up = getattr(program, "warm_up", None)
+    if callable(warm_up):
+        warm_up(say=say)
 
 
 def open_planned(plan: EvaluatePlan) -> Any:
@@ -243,7 +254,7 @@ class CompileSettings:
     #: demo plans tried on top of the result (None: the program's default variants)
     candidates: list[Any] | None = None
     #: ship the teleprompter's result even when it loses on the validation split
-    force: bool = False
+    force: bool | str = False
 
 
 @dataclass
@@ -300,6 +311,7 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     note = stand_in_note(reader, explicit=bool(cfg.reader)) if metric in NEEDS_READER else None
     if note:
         say(note)
+    _warm_up(prog, say)
     say(f"compiling {name} with {cfg.optimizer} on {spec or 'the given examples'} "
         f"({len(trainset)} usable examples), metric {metric}")
     if cfg.optimizer == "bootstrap" and cfg.threshold is None:

@@ -122,13 +122,16 @@ def _choice_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The demo-plan and selection flags as :class:`ambiqa.api.CompileSettings` fields,
     parsed now so a bad plan fails before any model loads."""
     parse_plan(args.demos, default_k=args.k)
+    if args.ship and args.no_select:
+        raise ConfigError("--ship names a candidate of the choice; --no-select skips the choice",
+                          hint="drop one of them")
     candidates = None
     if args.candidates is not None:
         candidates = [c.strip() for c in args.candidates.split(";") if c.strip()]
         for plan in candidates:
             parse_plan(plan, default_k=args.k)
     return {"demos": args.demos, "candidates": candidates, "select": not args.no_select,
-            "select_val": args.select_val, "force": args.force}
+            "select_val": args.select_val, "force": args.ship or args.force}
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -347,6 +350,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="ship the teleprompter's result even when zero-shot scores higher on "
                         "the validation split (the comparison is still recorded)")
+    p.add_argument("--ship", default=None, metavar="CANDIDATE",
+                   help="ship this candidate whatever the scores: a label from the compile's "
+                        "table, e.g. 'labeled+writer=gold:1' (the comparison is still "
+                        "recorded; a rerun answers the LM calls from the response cache)")
     p.add_argument("--reflection-lm", default=None,
                    help="gepa: the LM that reflects (simba: writes rules), any --lm spec; "
                         "default the task LM")

@@ -85,7 +85,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                     gepa_selector: str = "round_robin",
                     demos: str | dict[str, Any] | None = None,
                     select: bool = False, select_val: int | None = None,
-                    candidates: list[Any] | None = None, force: bool = False,
+                    candidates: list[Any] | None = None, force: bool | str = False,
                     metric_name: str = "metric", say: Callable[[str], None] | None = None,
                     ) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
@@ -111,8 +111,9 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     training data, at most 20) out of the training data first, then score the zero-shot
     program, the input program, the result and its ``candidates`` (demo plans applied on top
     of it; default for a long-answer program: the writer with no demos and with one gold demo)
-    there and ship the best, zero-shot unless something beats it or ``force``
-    (:mod:`ambiqa.optimizers.select`); ``say`` gets its progress lines."""
+    there and ship the best, zero-shot unless something beats it or ``force`` (True: the
+    result; a label: that candidate) (:mod:`ambiqa.optimizers.select`); ``say`` gets its
+    progress lines."""
     check_teleprompter(optimizer)
     check_int("threads", threads, 1)
     if not trainset:
@@ -207,7 +208,7 @@ DEFAULT_VARIANTS = ({"writer": "none"}, {"writer": "gold:1"},
 
 def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
             valset: list[Any], trainset: list[Any], metric: SafeMetric | None,
-            report: CompileReport, *, label: str, variants: list[Any] | None, force: bool,
+            report: CompileReport, *, label: str, variants: list[Any] | None, force: bool | str,
             metric_name: str, seed: int, k: int, budget: Budget,
             say: Callable[[str], None] | None = None) -> dspy.Module:
     """Score the candidates on ``valset`` and return the one to ship (see

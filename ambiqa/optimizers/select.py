@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambiqa.errors import ConfigError
 from ambiqa.tracing import record_event, track
 
 ZERO_SHOT = "zero-shot"
@@ -107,7 +108,7 @@ class Selection:
     rows: list[dict[str, Any]] = field(default_factory=list)
     shipped: str = ZERO_SHOT
     reason: str = ""
-    forced: bool = False
+    forced: bool | str = False
 
     def to_dict(self) -> dict[str, Any]:
         rows = [{k: v for k, v in r.items() if k != "answers"} for r in self.rows]
@@ -170,18 +171,26 @@ def _paired(scores: list[float], base: list[float]) -> list[float] | None:
 
 
 def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metric_name: str,
-           preferred: str, force: bool = False, budget: Any = None,
+           preferred: str, force: bool | str = False, budget: Any = None,
            say: Callable[[str], None] | None = None) -> tuple[Any, Selection]:
     """Score every candidate on ``valset``; return (the program to ship, the selection).
 
     ``candidates[0]`` must be the zero-shot program. ``preferred`` is the label of the
-    teleprompter's own result, shipped whatever the scores when ``force``. Candidates whose
+    teleprompter's own result, shipped whatever the scores when ``force`` is True; ``force``
+    may instead name any candidate's label (the table showed a cheaper one nearly as good,
+    say), which then ships, its comparison recorded all the same. Candidates whose
     programs have the same state as an earlier one are scored once (listed as duplicates).
     ``say`` gets a line as each candidate starts and ends: on the 1.5B a full candidate takes
     many minutes, and a compile that prints nothing for an hour looks hung.
     """
     if not candidates or candidates[0].label != ZERO_SHOT:
         raise ValueError("the zero-shot program must be the first candidate")
+    if isinstance(force, str):
+        labels = [c.label for c in candidates]
+        if force not in labels:  # said before any candidate is scored
+            raise ConfigError(f"--ship {force}: no candidate has that label",
+                              hint="the candidates: " + ", ".join(labels))
+        preferred = force
     memo = CallMemo()
     sel = Selection(metric=metric_name, n_val=len(valset), forced=force)
     seen: dict[str, dict[str, Any]] = {}
@@ -228,7 +237,8 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
         sel.reason = (f"no candidate beat zero-shot on {len(valset)} validation questions "
                       f"({metric_name} {zero_mean:.3f}; best other "
                       f"{max((r['mean'] for c, r in results[1:]), default=zero_mean):.3f}): "
-                      "shipping zero-shot (force=True / --force ships the compiled one)")
+                      "shipping zero-shot (force=True / --force ships the compiled one, "
+                      "--ship LABEL any candidate)")
     sel.shipped = ship.label
     sel.rows = [{k: v for k, v in r.items() if k != "scores"} | {"scores": r["scores"]}
                 for _, r in results]

@@ -205,3 +205,35 @@ def test_ask_says_what_the_first_question_loads_and_how_long_it_took(
     assert any(re.fullmatch(r"ambiqa: warming up: the cold test index loaded \(\d+\.\d s\)", x)
                for x in lines)
     assert "Katharine Hepburn." in out and out.lstrip().startswith("{")  # stdout: the answer
+
+
+def test_evaluate_and_compile_say_what_the_first_question_loads(tmp_path, capsys,
+                                                                demo_retriever):
+    """`evaluate` and `compile` used to load the encoder or a ColBERT searcher in silence on
+    their first question (issue 42): now each warms its program up first and says so."""
+    import ambiqa
+    from ambiqa.cli import build_parser
+    from ambiqa.cli.eval_cmds import evaluate_from_args
+    from ambiqa.data import load_dataset
+
+    cold = ColdIndex(demo_retriever)
+    args = build_parser().parse_args(["evaluate", "vanilla_rag", "--data", "demo:dev:1",
+                                      "--metrics", "str-em", "--out", str(tmp_path / "run")])
+    evaluate_from_args(args, lm=vanilla_rag_lm(), retriever=cold, progress=True)
+    err = capsys.readouterr().err
+    assert "ambiqa: warming up: loading the cold test index ..." in err
+    assert re.search(r"warming up: the cold test index loaded \(\d+\.\d s\)", err)
+    # evaluated after the warm-up, so the question found the index warm
+    assert cold.loads == 1
+
+    said: list[str] = []
+
+    class Console:
+        def print(self, line: Any) -> None:
+            said.append(str(line))
+
+    cold = ColdIndex(demo_retriever)
+    ambiqa.compile(VanillaRAG(cold, k=2), load_dataset("demo:train"), optimizer="labeled",
+                   metric="str-em", select=False, lm=vanilla_rag_lm(), console=Console())
+    assert said[0] == "warming up: loading the cold test index ..."
+    assert cold.loads == 1

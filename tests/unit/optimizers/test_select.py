@@ -81,14 +81,22 @@ def test_compile_refuses_a_worse_candidate_and_ships_zero_shot(use_lm, rag):
     assert all(not p.demos for _, p in compiled.named_predictors())
     # a line as each candidate starts and ends, so a long choice does not look hung
     n = len(sel["candidates"])
-    assert lines[0] == "candidate 1/%d zero-shot: scoring on 3 validation questions ..." % n
-    assert lines[1].startswith("candidate 1/%d zero-shot: str-em " % n) and "LM calls" in lines[1]
-    assert "candidate 2/%d input: the same program as zero-shot, not scored again" % n in lines
+    assert lines[0] == f"candidate 1/{n} zero-shot: scoring on 3 validation questions ..."
+    assert lines[1].startswith(f"candidate 1/{n} zero-shot: str-em ") and "LM calls" in lines[1]
+    assert f"candidate 2/{n} input: the same program as zero-shot, not scored again" in lines
     # forced, the teleprompter's result ships and the comparison is still recorded
     forced, report = _compile(rag, select=True, force=True)
     assert report.settings["selection"]["shipped"] == "labeled"
     assert report.settings["selection"]["forced"] is True
     assert dict(forced.named_predictors())["long_answer.write"].demos
+    # or any candidate by its label; a label no candidate has is refused before any scoring
+    named, report = _compile(rag, select=True, force="labeled+writer=none")
+    assert report.settings["selection"]["shipped"] == "labeled+writer=none"
+    assert not dict(named.named_predictors())["long_answer.write"].demos
+    assert dict(named.named_predictors())["clarify.clarify"].demos
+    with pytest.raises(ConfigError, match="no candidate has that label") as err:
+        _compile(rag, select=True, force="labeled+writer=gold:7")
+    assert "labeled+writer=gold:1" in err.value.hint
 
 
 def test_compile_ships_a_better_candidate_with_its_paired_interval(use_lm, rag):

@@ -1,0 +1,41 @@
+"""benchmarks/compile_choice.py: the candidate table read back from a real (scripted-LM)
+compile's manifest and its answers file, the objective split into its two halves."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+
+import ambiqa
+from ambiqa.data import demo_corpus_path, load_corpus, load_dataset
+from ambiqa.programs.vanilla_rag import VanillaRAG
+from ambiqa.retrieval.base import InMemoryRetriever
+from ambiqa.testing import ScriptedEngine, titles_as_answers
+from benchmarks import compile_choice
+
+
+def test_the_table_splits_the_objective_and_marks_what_shipped(use_lm, tmp_path):
+    use_lm(dspy.LM("scripted/fake", cache=False, num_retries=0, engine=ScriptedEngine({
+        "ClarifyFromPassages": titles_as_answers,
+        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
+    })))
+    out = tmp_path / "rag.json"
+    rag = VanillaRAG(InMemoryRetriever(load_corpus(demo_corpus_path())), k=2)
+    result = ambiqa.compile(rag, load_dataset("demo:train"), optimizer="labeled", k=2,
+                            metric="str-rouge", out=out)
+    m = compile_choice.measure(out, "demo:train")
+    sel = result.report.settings["selection"]
+    assert m["shipped"] == sel["shipped"] and m["n_val"] == sel["n_val"] == 3
+    rows = {c["label"]: c for c in m["candidates"]}
+    zero = rows["zero-shot"]
+    # the objective is the mean of its halves, question by question, so also on average
+    assert abs(zero["mean"] - (zero["str_em"] + zero["rouge_l"]) / 2) < 1e-9
+    assert rows["input"]["same_as"] == "zero-shot"
+    scored = [c for c in m["candidates"] if not c.get("same_as") and c["label"] != "zero-shot"]
+    assert scored and all(len(c["str_em_vs_zero_shot"]) == 2 for c in scored)
+    text = compile_choice.render(m, "python -m benchmarks.compile_choice x")
+    assert f"**{m['shipped']}**" in text and "(the same program as zero-shot)" in text
+    assert "undecided at n = 3" in text or "above 0" in text or "at or below 0" in text
+    compile_choice.main([str(out), "--data", "demo:train", "--out", str(tmp_path / "c.md")])
+    assert json.loads((tmp_path / "c.json").read_text())["shipped"] == m["shipped"]
