@@ -30,6 +30,13 @@ def int_field(default: int | None, minimum: int = 1, *, none_ok: bool = False,
                                             "hint": hint})
 
 
+def trim_field() -> Any:
+    """The ``trim_sentences`` field (:mod:`ambiqa.programs.trim`): ``None`` (off, the default)
+    or the sentences kept per passage, at least 1."""
+    return int_field(None, 1, none_ok=True,
+                     hint="None shows whole passages; N >= 1 keeps N sentences per passage")
+
+
 def answer_form_field(default: str = "long") -> Any:
     """A dataclass field holding one of :data:`ANSWER_FORMS` (checked on construction)."""
     return field(default=default, metadata={"choices": ANSWER_FORMS})

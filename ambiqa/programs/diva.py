@@ -19,9 +19,16 @@ from ambiqa.checks import check_int
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
-from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
+from ambiqa.programs.config import (
+    ProgramConfig,
+    bool_field,
+    int_field,
+    resolve_config,
+    trim_field,
+)
 from ambiqa.programs.steps import ClarifyStep, ClosedBookStep, LongAnswerStep
 from ambiqa.programs.streaming import announce
+from ambiqa.programs.trim import trimmed_for
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
 from ambiqa.signatures.disambiguation import PseudoInterpretations
@@ -100,6 +107,10 @@ class DivaConfig(ProgramConfig):
         temperature, top_p, max_tokens: decoding of every LM call Diva makes. Defaults are the
             paper's (0.3, 1.0, 300; App. A.4) so the program behaves as published; pass
             ``temperature=0`` for runs that repeat exactly.
+        trim_sentences: None (default, the paper): the verifier, clarify and writer prompts
+            show whole passages. N >= 1: each kept passage is shown as its N sentences
+            closest to the question and its interpretations (``ambiqa.programs.trim``, a
+            declared deviation for fewer prompt tokens); ``passages`` in the output stay whole.
     """
 
     k_per_query: int = int_field(5)
@@ -110,6 +121,7 @@ class DivaConfig(ProgramConfig):
     temperature: float = PAPER_DECODING["temperature"]
     top_p: float = PAPER_DECODING["top_p"]
     max_tokens: int = int_field(PAPER_DECODING["max_tokens"])
+    trim_sentences: int | None = trim_field()
 
     def check(self) -> None:
         decoding_config(self.temperature, self.top_p, self.max_tokens)
@@ -270,14 +282,15 @@ class Diva(AmbiqaProgram):
             record_event("verify", f"abstained: unreadable verdict {str(pred.verdict)[:40]!r}")
         return supported, " ".join(str(pred.evidence or "").split())
 
-    def verify_all(self, queries: list[str], passages: list[Passage]
-                   ) -> tuple[list[dict[str, Any]], str]:
-        """Eq. 7 over the kept passages; the verdict counts only the votes that parsed."""
+    def verify_all(self, queries: list[str], passages: list[Passage],
+                   shown: list[Passage] | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Eq. 7 over the kept passages (as ``shown`` to the LM, when trimmed); the verdict
+        counts only the votes that parsed."""
         if not passages:
             record_event("verify", "no passages retrieved; treating retrieval as Useless")
             return [{"interpretation": q, "supported": False, "evidence": ""}
                     for q in queries], USELESS
-        context = format_passages(passages)
+        context = format_passages(passages if shown is None else shown)
         results = run_parallel(lambda q: self.vote(q, context), queries)
         votes = [{"interpretation": q, "supported": r, "evidence": ev}
                  for q, (r, ev) in zip(queries, results, strict=True)]
@@ -296,12 +309,15 @@ class Diva(AmbiqaProgram):
         queries: list[str] = inferred["interpretations"]
         pool = self.diversify(question, queries)
         kept = self.prune(queries, pool)
-        votes, verdict = self.verify_all(queries, kept)
+        # what the prompts show: the kept passages, trimmed when trim_sentences is set (the
+        # output's passages stay whole; cited numbers map to the same ids either way)
+        shown = trimmed_for(self, kept, [question, *queries])
+        votes, verdict = self.verify_all(queries, kept, shown)
         if verdict != USELESS:
             path = "rag"
-            pairs = self.clarify(question=question, passages=kept)
+            pairs = self.clarify(question=question, passages=shown)
             announce(pairs, kept)
-            answer = self.long_answer(question=question, pairs=pairs, passages=kept)
+            answer = self.long_answer(question=question, pairs=pairs, passages=shown)
         else:
             path, pairs = "closed_book", []
             announce([], kept)

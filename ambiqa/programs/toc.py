@@ -17,9 +17,16 @@ import numpy as np
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import default_workers, run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
-from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
+from ambiqa.programs.config import (
+    ProgramConfig,
+    bool_field,
+    int_field,
+    resolve_config,
+    trim_field,
+)
 from ambiqa.programs.steps import ClarifyStep, LongAnswerStep
 from ambiqa.programs.streaming import announce
+from ambiqa.programs.trim import trimmed_for
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.verification import (
     SelfVerify,
@@ -79,6 +86,7 @@ class _Run:
     n_over_limit: int = 0
     lm_calls: int = 0  # clarifications and verifications made so far
     capped: bool = False  # the LM-call cap stopped the tree
+    sentence_vecs: dict[str, np.ndarray] = field(default_factory=dict)  # trim_sentences' cache
 
 
 def contains_answer(answer: str, text: str) -> bool:
@@ -122,6 +130,12 @@ class ToCConfig(ProgramConfig):
             :class:`TreeOfClarifications`).
         max_lm_calls: cap on LM calls per question, the final answer included (the paper
             stays under 20; the release caps expansions at 15). Default 20.
+        trim_sentences: None (default, the paper): prompts show whole passages. N >= 1: each
+            passage is shown as its N sentences closest to the prompt's question -- the AQ and
+            the node's DQ for a clarification, the AQ and the node's DQ with its answer for a
+            verification, the AQ and the kept pairs for the long answer
+            (``ambiqa.programs.trim``, a declared deviation for fewer prompt tokens); the tree
+            and the output keep whole passages.
     """
 
     label = "toc: "
@@ -136,6 +150,7 @@ class ToCConfig(ProgramConfig):
     max_workers: int | None = int_field(None, none_ok=True)
     verification: str = "paper"
     max_lm_calls: int = int_field(20, minimum=2)
+    trim_sentences: int | None = trim_field()
 
     def check(self) -> None:
         if self.min_nodes > self.max_nodes:
@@ -213,7 +228,8 @@ class TreeOfClarifications(AmbiqaProgram):
         if not kept:  # nothing to clarify: a long answer from the root passages, no reading
             passages = root.context
             announce([], passages)
-            answer = self.long_answer(question=question, pairs=[], passages=passages)
+            answer = self.long_answer(question=question, pairs=[], passages=self._shown(
+                run, passages, [question]))
             interps = []
             extras["fallback"] = "no_interpretations"
         else:
@@ -221,7 +237,9 @@ class TreeOfClarifications(AmbiqaProgram):
             interps = [Interpretation(question=n.question, answer=n.answer,
                                       passages=[p.id for p in n.evidence]) for n in kept]
             announce(interps, passages)
-            answer = self.long_answer(question=question, pairs=interps, passages=passages)
+            shown = self._shown(run, passages,
+                                [question, *(f"{n.question} {n.answer}" for n in kept)])
+            answer = self.long_answer(question=question, pairs=interps, passages=shown)
         return {"interpretations": interps, "answer": answer, "passages": passages,
                 "tree": [n.to_dict() for n in run.nodes], **extras}
 
@@ -241,8 +259,9 @@ class TreeOfClarifications(AmbiqaProgram):
                 batch.append(queue.popleft())
             run.lm_calls += len(batch)
             contexts = [self._rerank(run, node.vec) for node in batch]
-            jobs = [(node.question, context) for node, context in zip(batch, contexts,
-                                                                      strict=True)]
+            jobs = [(node.question, self._shown(run, context,
+                                                [run.nodes[0].question, node.question]))
+                    for node, context in zip(batch, contexts, strict=True)]
             results = run_parallel(lambda job: self.clarify(question=job[0], passages=job[1]),
                                    jobs, max_workers=workers)
             for i, (node, context, pairs) in enumerate(
@@ -311,9 +330,14 @@ class TreeOfClarifications(AmbiqaProgram):
                               evidence=self._evidence(run, pair, vec, parent.context))
                 run.nodes.append(child)
                 children.append(child)
-            verdicts = (run_parallel(lambda n: self._verify_node(question, n), children,
-                                     max_workers=self.max_workers or default_workers())
-                        if self.verify else [True] * len(children))
+            if self.verify:
+                shown = [self._shown(run, c.evidence, [question, f"{c.question} {c.answer}"])
+                         for c in children]
+                verdicts = run_parallel(lambda job: self._verify_node(question, *job),
+                                        list(zip(children, shown, strict=True)),
+                                        max_workers=self.max_workers or default_workers())
+            else:
+                verdicts = [True] * len(children)
             for child, ok in zip(children, verdicts, strict=True):
                 child.valid, child.pruned = ok, not ok
                 if not ok:
@@ -327,13 +351,15 @@ class TreeOfClarifications(AmbiqaProgram):
         run.n_over_limit += len(fresh) - i
         return added, limited
 
-    def _verify_node(self, question: str, node: _Node) -> bool:
+    def _verify_node(self, question: str, node: _Node,
+                     shown: list[Passage] | None = None) -> bool:
         """One self-verification call. The paper's prompt sees the AQ, the answer-containing
-        passage and the answer (not the DQ); the strict one also sees the DQ."""
+        passage (as ``shown``, when trimmed) and the answer (not the DQ); the strict one also
+        sees the DQ."""
         extra = {"interpretation": node.question} if self.verification == "strict" else {}
+        passage = format_passages(node.evidence if shown is None else shown)
         pred = safe_step("self_verify", lambda: self.self_verify(
-            question=question, passage=format_passages(node.evidence),
-            answer=node.answer, **extra), None)
+            question=question, passage=passage, answer=node.answer, **extra), None)
         if pred is None:
             return True  # degraded judge: keep the node rather than prune blindly
         if self.verification != "evidence":
@@ -358,6 +384,11 @@ class TreeOfClarifications(AmbiqaProgram):
         return kept
 
     # ---- passages ---------------------------------------------------------------------------
+    def _shown(self, run: _Run, passages: list[Passage], queries: list[str]) -> list[Passage]:
+        """``passages`` as a prompt shows them: trimmed to ``trim_sentences`` sentences near
+        ``queries`` when set (each sentence encoded once per question), else as they are."""
+        return trimmed_for(self, passages, queries, cache=run.sentence_vecs)
+
     def _rerank(self, run: _Run, vec: np.ndarray) -> list[Passage]:
         """Top ``k`` of the pool by cosine to ``vec`` (stable on ties), scores attached."""
         if not run.pool:

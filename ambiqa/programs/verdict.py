@@ -19,9 +19,16 @@ import numpy as np
 from ambiqa.errors import ConfigError
 from ambiqa.parallel import run_parallel
 from ambiqa.programs.base import AmbiqaProgram, SharedEncoder, format_passages, safe_step
-from ambiqa.programs.config import ProgramConfig, bool_field, int_field, resolve_config
+from ambiqa.programs.config import (
+    ProgramConfig,
+    bool_field,
+    int_field,
+    resolve_config,
+    trim_field,
+)
 from ambiqa.programs.steps import ClosedBookStep, LongAnswerStep
 from ambiqa.programs.streaming import announce
+from ambiqa.programs.trim import trimmed_for
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.retrieval.rerank import SentenceReranker
 from ambiqa.signatures.disambiguation import InterpretFromPassage, RelaxQuery
@@ -268,6 +275,11 @@ class VerDICtConfig(ProgramConfig):
         candidate_check: drop candidates that visibly break Fig. 6's rules
             (:func:`rule_violations`) before consolidation; off by default (the paper trusts
             the LLM to keep them).
+        trim_sentences: None (default, the paper): prompts show whole passages. N >= 1: each
+            passage is shown as its N sentences closest to the question and the relaxed query
+            (per-passage reads) or to the question and the kept pairs (long answer), by the
+            encoder f (``ambiqa.programs.trim``, a declared deviation for fewer prompt tokens);
+            candidates, citations and ``passages`` keep whole passages.
     """
 
     n_passages: int = int_field(20)
@@ -277,6 +289,7 @@ class VerDICtConfig(ProgramConfig):
     rerank_depth: int = int_field(100, minimum=0,
                                   hint="0 switches the second-stage re-ranking off")
     candidate_check: bool = bool_field(False)
+    trim_sentences: int | None = trim_field()
 
     def check(self) -> None:
         if self.conservativeness not in CONSERVATIVENESS:
@@ -368,11 +381,14 @@ class VerDICt(AmbiqaProgram):
             return question
         return query
 
-    def interpret_passage(self, question: str, passage: Passage) -> dict[str, str] | None:
-        """One grounded (interpretation, answer) from ``passage``, ``{}`` if the LM abstains,
-        ``None`` if its reply could not be parsed (the passage is then dropped)."""
+    def interpret_passage(self, question: str, passage: Passage,
+                          shown: Passage | None = None) -> dict[str, str] | None:
+        """One grounded (interpretation, answer) from ``passage`` (the LM reads it as
+        ``shown``, when trimmed), ``{}`` if the LM abstains, ``None`` if its reply could not be
+        parsed (the passage is then dropped)."""
+        text = format_passages([passage if shown is None else shown])
         pred = safe_step(f"verdict.interpret[{passage.id}]", lambda: self.interpret(
-            question=question, passage=format_passages([passage])), None)
+            question=question, passage=text), None)
         if pred is None:
             return None
         interpretation, answer = _clean(pred.interpretation), _clean(pred.answer)
@@ -392,7 +408,10 @@ class VerDICt(AmbiqaProgram):
         relaxed = self.relax_query(question)
         passages = self.retrieve(relaxed)
 
-        results = run_parallel(lambda p: self.interpret_passage(question, p), passages)
+        cache: dict[str, np.ndarray] = {}  # trim_sentences: each sentence encoded once
+        shown = trimmed_for(self, passages, [question, relaxed], cache=cache)
+        results = run_parallel(lambda job: self.interpret_passage(question, *job),
+                               list(zip(passages, shown, strict=True)))
         rejected = [r for r in results if r and "rejected" in r]
         candidates = [r for r in results if r and "rejected" not in r]
         n_abstained = sum(1 for r in results if r == {})
@@ -429,8 +448,10 @@ class VerDICt(AmbiqaProgram):
             by_id = {p.id: p for p in passages}
             cited = [by_id[pid] for pid in dict.fromkeys(
                 pid for interp in interpretations for pid in interp.passages)]
-            answer = self.write_long_answer(question=question, pairs=interpretations,
-                                            passages=cited)
+            readings = [f"{i.question} {i.answer}" for i in interpretations]
+            answer = self.write_long_answer(
+                question=question, pairs=interpretations,
+                passages=trimmed_for(self, cited, [question, *readings], cache=cache))
         else:
             answer = " ".join(f"{i.question} {i.answer}." for i in interpretations)
         return {"interpretations": interpretations, "candidates": candidates, "answer": answer,
