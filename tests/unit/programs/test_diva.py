@@ -464,7 +464,8 @@ def test_config_and_bad_settings():
     prog = build_program("diva", retriever=_retriever(), k_per_query=4, top_k=3)
     assert prog.config() == {"k_per_query": 4, "top_k": 3, "candidates": 0,
                              "max_interpretations": 8, "skip_unambiguous": False,
-                             "temperature": 0.3, "top_p": 1.0, "max_tokens": 300}
+                             "temperature": 0.3, "top_p": 1.0, "max_tokens": 300,
+                             "trim_sentences": None}
     assert Diva().config()["k_per_query"] == 5 and Diva().config()["top_k"] == 5
     for bad in ({"top_k": 0}, {"k_per_query": "5"}, {"candidates": -1},
                 {"max_interpretations": 0}, {"top_k": True}):

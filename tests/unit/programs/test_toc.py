@@ -465,7 +465,7 @@ def test_config_and_registry():
     assert prog.config() == {"n_retrieve": 100, "k": 5, "max_depth": 3, "max_nodes": 4,
                              "max_failed": 3, "min_nodes": 2, "verify": True,
                              "max_workers": None, "verification": "paper",
-                             "max_lm_calls": 20}
+                             "max_lm_calls": 20, "trim_sentences": None}
 
 
 @pytest.mark.parametrize("bad", [{"k": 0}, {"max_depth": 0}, {"max_nodes": "3"},

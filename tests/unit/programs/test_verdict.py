@@ -280,7 +280,8 @@ def test_config_and_registry():
     assert isinstance(prog, VerDICt)
     assert prog.config() == {"n_passages": 6, "min_cluster_size": 2,
                              "conservativeness": "balanced", "long_answer": True,
-                             "rerank_depth": 100, "candidate_check": False}
+                             "rerank_depth": 100, "candidate_check": False,
+                             "trim_sentences": None}
     assert VerDICt().config()["n_passages"] == 20
     # the LM steps an optimizer can tune, by name
     assert [n for n, _ in prog.named_predictors()] == [
