@@ -25,6 +25,7 @@ compared on the same upstream readings and passages.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -76,16 +77,18 @@ class CallMemo:
                 predictor.__dict__.pop("forward", None)
 
     def _wrap(self, name: str, state: str, original: Any) -> Any:
+        # a copy in and a copy out: a program that edits a prediction it got (a candidate's
+        # post-processing, say) must not change what the next candidate is answered with
         def forward(**kwargs: Any) -> Any:
             key = (name, state, repr(sorted((k, repr(v)) for k, v in kwargs.items())))
             with self._lock:
                 if key in self._memo:
                     self.hits += 1
-                    return self._memo[key]
+                    return copy.deepcopy(self._memo[key])
             result = original(**kwargs)
             with self._lock:
                 self.misses += 1
-                self._memo.setdefault(key, result)
+                self._memo.setdefault(key, copy.deepcopy(result))
             return result
         return forward
 

@@ -141,6 +141,26 @@ def test_writer_only_candidates_reuse_the_upstream_calls(use_lm, rag):
     assert len(engine.calls) - before == sum(r["lm_calls"] for r in rows.values())
 
 
+def test_the_memo_answers_each_candidate_with_its_own_copy(use_lm, rag):
+    """A candidate that edits a prediction it was given must not change what the next
+    candidate is answered with from memory."""
+    from ambiqa.optimizers.select import CallMemo
+
+    writer_lm(use_lm, demos_help=False)
+    memo = CallMemo()
+    ex = load_dataset("demo:train")[0]
+    with memo.installed(rag):
+        first = rag.clarify.clarify(question=ex.question, passages="[1] A: alpha")
+        first.pairs = "edited by the first candidate"
+    with memo.installed(rag):
+        second = rag.clarify.clarify(question=ex.question, passages="[1] A: alpha")
+        second.pairs = "edited by the second"
+    with memo.installed(rag):
+        third = rag.clarify.clarify(question=ex.question, passages="[1] A: alpha")
+    assert memo.misses == 1 and memo.hits == 2
+    assert third.pairs not in ("edited by the first candidate", "edited by the second")
+
+
 def test_under_three_training_questions_the_choice_is_skipped_and_said(use_lm, rag):
     writer_lm(use_lm, demos_help=True)
     _, report = compile_program(rag, load_dataset("demo:train")[:2], optimizer="labeled",
