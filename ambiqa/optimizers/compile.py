@@ -37,7 +37,7 @@ from ambiqa.optimizers.budget import Budget, BudgetExhausted
 from ambiqa.optimizers.demo_plan import apply_plan, parse_plan
 from ambiqa.optimizers.knn import KNNPredict
 from ambiqa.optimizers.recipes import check_teleprompter, split_train
-from ambiqa.optimizers.registry import CompileJob, get_teleprompter
+from ambiqa.optimizers.registry import CompileJob, get_teleprompter, teleprompter_names
 from ambiqa.optimizers.select import INPUT, ZERO_SHOT, Candidate, choose
 from ambiqa.optimizers.signals import accuracy_from_traces, collect_traces, signal_demos
 from ambiqa.optimizers.splits import check_training_data
@@ -70,24 +70,16 @@ class CompileReport:
 
 
 def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str = "bootstrap",
-                    metric: Any = None, k: int = 2, seed: int = 0, threshold: float | None = None,
-                    max_rounds: int = 1, valset: list[Any] | None = None,
-                    num_candidates: int = 4, budget: Budget | None = None,
-                    knn_encoder: Any = None, knn_pool: int = 8, knn_gold_only: bool = False,
-                    mipro_trials: int = 4,
-                    n_val: int | None = None, train_spec: str | None = None,
+                    metric: Any = None, k: int = 2, seed: int = 0,
+                    valset: list[Any] | None = None, n_val: int | None = None,
+                    budget: Budget | None = None, train_spec: str | None = None,
                     devset: list[Any] | None = None, dev_spec: str | None = None,
-                    allow_eval_splits: bool = False,
-                    threads: int = 1, predictor_signal: bool = False,
-                    reflection_lm: Any = None, gepa_rollouts: int | None = None,
-                    gepa_auto: str | None = None, reflection_minibatch: int = 2,
-                    simba_steps: int = 2, simba_bsize: int = 4,
-                    gepa_selector: str = "round_robin",
-                    demos: str | dict[str, Any] | None = None,
+                    allow_eval_splits: bool = False, threads: int = 1,
+                    predictor_signal: bool = False, demos: str | dict[str, Any] | None = None,
                     select: bool = False, select_val: int | None = None,
                     candidates: list[Any] | None = None, force: bool | str = False,
                     metric_name: str = "metric", say: Callable[[str], None] | None = None,
-                    ) -> tuple[dspy.Module, CompileReport]:
+                    **options: Any) -> tuple[dspy.Module, CompileReport]:
     """Return ``(compiled program, report)``.
 
     ``trainset`` must come from a training split: examples loaded from a dev/test split
@@ -105,6 +97,11 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     ``simba_steps``/``simba_bsize`` (with ``num_candidates``): see
     :mod:`ambiqa.optimizers.gepa`.
 
+    ``options``: the teleprompter's own settings, passed to its class (``threshold``,
+    ``max_rounds``, ``num_candidates``, ``knn_pool``, ``gepa_rollouts``, ...: each class's
+    ``options`` lists the ones it reads, with their defaults); a name no registered
+    teleprompter reads is refused, so a misspelt setting cannot pass silently.
+
     ``demos``: a per-predictor demo plan applied after the teleprompter
     (:mod:`ambiqa.optimizers.demo_plan`, e.g. ``"verify=signal:2,write=none"``).
     ``select``: carve a validation split (``select_val`` questions, default a third of the
@@ -121,8 +118,9 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     guard = check_training_data([*trainset, *(valset or [])], spec=train_spec, devset=devset,
                                 dev_spec=dev_spec, allow_eval_splits=allow_eval_splits,
                                 what=f"compiling ({optimizer})")
-    settings: dict[str, Any] = {"k": k, "seed": seed, "threshold": threshold,
-                                "max_rounds": max_rounds}
+    _check_options(options)
+    settings: dict[str, Any] = {"k": k, "seed": seed, "threshold": options.get("threshold"),
+                                "max_rounds": options.get("max_rounds", 1)}
     report = CompileReport(optimizer=optimizer, settings=settings, data_guard=guard)
     budget = budget or Budget(None)
     safe = SafeMetric(metric) if metric is not None else None
@@ -141,13 +139,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
         trainset, valset = split_train(trainset, seed=seed)
     if valset is not None and n_val:
         valset = valset[:n_val]
-    teleprompter = cls(threshold=threshold, max_rounds=max_rounds,
-                       num_candidates=num_candidates, knn_encoder=knn_encoder,
-                       knn_pool=knn_pool, knn_gold_only=knn_gold_only,
-                       mipro_trials=mipro_trials, reflection_lm=reflection_lm,
-                       gepa_rollouts=gepa_rollouts, gepa_auto=gepa_auto,
-                       reflection_minibatch=reflection_minibatch, simba_steps=simba_steps,
-                       simba_bsize=simba_bsize, gepa_selector=gepa_selector)
+    teleprompter = cls(**options)
     job = CompileJob(trainset=trainset, metric=safe, report=report, budget=budget, k=k,
                      seed=seed, threads=threads, valset=valset)
     with budget.watch(), track() as trace:
@@ -170,6 +162,21 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
     report.cost = trace.summary()
     return compiled, report
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """Refuse a setting that no registered teleprompter reads (a typo, or a setting of an
+    optimizer that does not exist); one a different teleprompter reads passes (the CLI and
+    the api hand every teleprompter's flags to every compile)."""
+    if not options:
+        return
+    known: set[str] = set()
+    for name in teleprompter_names():
+        known.update(get_teleprompter(name).options)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"no teleprompter reads the setting(s) {', '.join(unknown)}",
+                          hint="settings they read: " + ", ".join(sorted(known)))
 
 
 def _carve_validation(trainset: list[Any], n: int | None, seed: int, report: CompileReport,

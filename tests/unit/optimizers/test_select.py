@@ -236,6 +236,17 @@ def test_plan_and_choice_are_recorded_reloaded_and_exported(use_lm, rag, tmp_pat
 
 
 # ---- the registry -----------------------------------------------------------------------------
+def test_a_setting_no_teleprompter_reads_is_refused(use_lm, rag):
+    """compile_program hands its teleprompter settings to the teleprompter's class; a name
+    none of them reads is a typo, refused before any LM call."""
+    engine = writer_lm(use_lm, demos_help=True)
+    with pytest.raises(ConfigError, match="no teleprompter reads the setting") as err:
+        _compile(rag, num_candiates=3)
+    assert "num_candidates" in err.value.hint and engine.calls == []
+    # a setting another teleprompter reads passes (the CLI passes every flag to every one)
+    _compile(rag, knn_pool=4, gepa_rollouts=2)
+
+
 def test_a_registered_teleprompter_is_found_by_compile_and_the_cli_names():
     @register_teleprompter
     class FirstTrainingQuestion(Teleprompter):
