@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 46: a compile-v5 program on ASQA dev, paired with zero-shot Diva from today's code
+# (compile-v4's zero-shot arm: same flags, same index, same LM). Chunks of 5, alternating, so
+# the two arms stay paired whenever the run is stopped; --resume continues. D-F1 is left out
+# (no reader v3 on this machine); the rows keep the long answers for a later re-score.
+#   bash benchmarks/results/compile-v5/dev.sh ARTIFACT RUN_NAME [N]
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+R=benchmarks/results/compile-v5
+ZERO=benchmarks/results/compile-v4/runs/diva-zeroshot
+ART=${1:?artifact to evaluate}
+NAME=${2:?run name under $R/runs}
+N=${3:-60}
+log() { echo "$(date -u +%FT%TZ) $*" >> "$R/progress.log"; }
+for ((n = 5; n <= N; n += 5)); do
+  for arm in diva-zeroshot "$NAME"; do
+    if [ "$arm" = diva-zeroshot ]; then target=diva; out=$ZERO; else target=$ART; out=$R/runs/$NAME; fi
+    log "eval $arm n=$n start"
+    nice ambiqa evaluate "$target" --data "asqa:dev:$n" --index wiki-dense \
+      --metrics str-em,rouge-l --threads 2 --out "$out" --resume --retry-errors \
+      >> "$R/eval-$arm.log" 2>&1 || log "eval $arm n=$n FAILED"
+    log "eval $arm n=$n done"
+  done
+done
