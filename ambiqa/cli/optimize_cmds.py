@@ -319,8 +319,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default 4)")
     p.add_argument("--knn-pool", type=int, default=8, help="knn: demos kept per predictor")
     p.add_argument("--threads", type=int, default=1,
-                   help="training questions answered at once while bootstrapping, and dev "
-                        "questions in flight (2 uses the embedded LM's 2 slots; DSPy's "
+                   help="training questions answered at once while bootstrapping, "
+                        "validation questions while choosing, and dev questions in flight "
+                        "(2 uses the embedded LM's 2 slots; DSPy's "
                         "bootstrap loop and where it stops are unchanged)")
     p.add_argument("--knn-gold-only", action="store_true",
                    help="knn: pool only the training split's labelled demos (no bootstrap, no "

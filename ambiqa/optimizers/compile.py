@@ -89,8 +89,9 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     mipro) defaults to a held-out third of the training set, at most ``n_val`` questions
     (each candidate is scored on all of them); a given ``valset`` is checked like the
     training set, since searching on it is training on it. ``threads``: training questions
-    answered at once while bootstrapping (bootstrap, bootstrap-rs, knn), for an LM that serves
-    several calls at once. ``predictor_signal``: pick signalled predictors' demos against
+    answered at once while bootstrapping (bootstrap, bootstrap-rs, knn) and validation
+    questions while the choice scores its candidates, for an LM that serves several calls at
+    once. ``predictor_signal``: pick signalled predictors' demos against
     their own signals afterwards (module docstring). ``reflection_lm`` (gepa: the reflecting
     LM; simba: the rule writer), ``gepa_rollouts``/``gepa_auto``, ``gepa_selector``,
     ``reflection_minibatch``,
@@ -156,7 +157,7 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
             compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
                                label=optimizer + ("+plan" if plan else ""),
                                variants=candidates, force=force, metric_name=metric_name,
-                               seed=seed, k=k, budget=budget, say=say)
+                               seed=seed, k=k, budget=budget, say=say, threads=threads)
     report.stopped_by_budget = budget.stopped
     report.nan_scores = safe.nan if safe is not None else 0
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
@@ -217,7 +218,7 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
             valset: list[Any], trainset: list[Any], metric: SafeMetric | None,
             report: CompileReport, *, label: str, variants: list[Any] | None, force: bool | str,
             metric_name: str, seed: int, k: int, budget: Budget,
-            say: Callable[[str], None] | None = None) -> dspy.Module:
+            say: Callable[[str], None] | None = None, threads: int = 1) -> dspy.Module:
     """Score the candidates on ``valset`` and return the one to ship (see
     :mod:`ambiqa.optimizers.select`); the selection goes into ``report.settings``."""
     cands = [Candidate(ZERO_SHOT, zero_shot), Candidate(INPUT, given),
@@ -238,7 +239,8 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
         cands.append(Candidate(f"{label}+{text}", program, note=text))
     try:
         shipped, selection = choose(cands, valset, metric, metric_name=metric_name,
-                                    preferred=label, force=force, budget=budget, say=say)
+                                    preferred=label, force=force, budget=budget, say=say,
+                                    threads=threads)
     except BudgetExhausted:
         report.settings["selection"] = {"skipped": "the LM-call budget ran out before every "
                                                    "candidate was scored: not checked"}

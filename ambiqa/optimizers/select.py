@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.parallel import run_parallel
 from ambiqa.tracing import record_event, track
 
 ZERO_SHOT = "zero-shot"
@@ -129,35 +130,37 @@ class Selection:
 
 
 def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallMemo,
-               budget: Any) -> dict[str, Any]:
-    scores: list[float] = []
-    answers: list[dict[str, Any]] = []
-    errors = 0
+               budget: Any, threads: int = 1) -> dict[str, Any]:
     start = time.perf_counter()
     hits0 = memo.hits
+
+    def one(item: tuple[int, Any]) -> tuple[float, dict[str, Any], bool]:
+        i, ex = item
+        if budget is not None:
+            budget.check()
+        qid = str(getattr(ex, "id", "") or i)
+        try:
+            pred = candidate.program(question=ex.question)
+        except Exception as exc:  # one failing question scores 0, as in any evaluation
+            record_event("select", f"{candidate.label} failed: {type(exc).__name__}"[:200])
+            return 0.0, {"id": qid, "question": ex.question, "answer": None, "score": 0.0,
+                         "error": type(exc).__name__}, True
+        try:
+            value = float(metric(ex, pred))
+        except (TypeError, ValueError):
+            value = 0.0
+        value = 0.0 if math.isnan(value) else value
+        text = pred.get("answer") if isinstance(pred, dict) else getattr(pred, "answer", None)
+        return value, {"id": qid, "question": ex.question,
+                       "answer": None if text is None else str(text), "score": value}, False
+
+    # questions in flight at once: an LM with two slots (the embedded one) answers two
+    # questions' calls side by side; each worker carries the trace (ambiqa.parallel)
     with track() as trace, memo.installed(candidate.program):
-        for i, ex in enumerate(valset):
-            if budget is not None:
-                budget.check()
-            qid = str(getattr(ex, "id", "") or i)
-            try:
-                pred = candidate.program(question=ex.question)
-            except Exception as exc:  # one failing question scores 0, as in any evaluation
-                errors += 1
-                record_event("select", f"{candidate.label} failed: {type(exc).__name__}"[:200])
-                scores.append(0.0)
-                answers.append({"id": qid, "question": ex.question, "answer": None,
-                                "score": 0.0, "error": type(exc).__name__})
-                continue
-            try:
-                value = float(metric(ex, pred))
-            except (TypeError, ValueError):
-                value = 0.0
-            scores.append(0.0 if math.isnan(value) else value)
-            text = pred.get("answer") if isinstance(pred, dict) else getattr(pred, "answer", None)
-            answers.append({"id": qid, "question": ex.question,
-                            "answer": None if text is None else str(text),
-                            "score": scores[-1]})
+        done = run_parallel(one, list(enumerate(valset)), max_workers=threads)
+    scores = [value for value, _, _ in done]
+    answers = [row for _, row, _ in done]
+    errors = sum(1 for _, _, failed in done if failed)
     cost = trace.summary()
     return {"label": candidate.label, "note": candidate.note, "scores": scores,
             "answers": answers,
@@ -175,7 +178,8 @@ def _paired(scores: list[float], base: list[float]) -> list[float] | None:
 
 def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metric_name: str,
            preferred: str, force: bool | str = False, budget: Any = None,
-           say: Callable[[str], None] | None = None) -> tuple[Any, Selection]:
+           say: Callable[[str], None] | None = None, threads: int = 1,
+           ) -> tuple[Any, Selection]:
     """Score every candidate on ``valset``; return (the program to ship, the selection).
 
     ``candidates[0]`` must be the zero-shot program. ``preferred`` is the label of the
@@ -184,7 +188,8 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
     say), which then ships, its comparison recorded all the same. Candidates whose
     programs have the same state as an earlier one are scored once (listed as duplicates).
     ``say`` gets a line as each candidate starts and ends: on the 1.5B a full candidate takes
-    many minutes, and a compile that prints nothing for an hour looks hung.
+    many minutes, and a compile that prints nothing for an hour looks hung. ``threads``:
+    validation questions answered at once (scores and answers keep the questions' order).
     """
     if not candidates or candidates[0].label != ZERO_SHOT:
         raise ValueError("the zero-shot program must be the first candidate")
@@ -210,7 +215,7 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
         else:
             tell(f"candidate {i}/{len(candidates)} {cand.label}: scoring on {len(valset)} "
                  "validation questions ...")
-            row = _score_one(cand, valset, metric, memo, budget)
+            row = _score_one(cand, valset, metric, memo, budget, threads)
             seen[key] = row
             tell(f"candidate {i}/{len(candidates)} {cand.label}: {metric_name} "
                  f"{row['mean']:.3f} ({row['lm_calls']} LM calls, {row['memo_hits']} answered "

@@ -141,6 +141,20 @@ def test_writer_only_candidates_reuse_the_upstream_calls(use_lm, rag):
     assert len(engine.calls) - before == sum(r["lm_calls"] for r in rows.values())
 
 
+def test_validation_questions_in_flight_at_once_give_the_same_table(use_lm, rag):
+    """threads=2 answers two validation questions side by side (an LM with two slots):
+    the same scores, in the questions' order, the same LM calls counted and memo hits."""
+    writer_lm(use_lm, demos_help=True)
+    _, serial = _compile(rag, select=True)
+    writer_lm(use_lm, demos_help=True)
+    _, parallel = _compile(rag, select=True, threads=2)
+    for label, row in _rows(serial).items():
+        other = _rows(parallel)[label]
+        assert other["scores"] == row["scores"]
+        assert (other["lm_calls"], other["memo_hits"]) == (row["lm_calls"], row["memo_hits"])
+    assert parallel.selection_answers == serial.selection_answers
+
+
 def test_the_memo_answers_each_candidate_with_its_own_copy(use_lm, rag):
     """A candidate that edits a prediction it was given must not change what the next
     candidate is answered with from memory."""
