@@ -21,6 +21,6 @@ PLANS="writer=none;writer=gold:1;clarify=none,writer=none"
 PLANS+=";$UP0,clarify=none,writer=gold:1;$UP0,writer=gold:1;$UP0,clarify=none"
 echo "$(date -u +%FT%TZ) compile start" >> "$R/progress.log"
 nice ambiqa compile diva --train asqa:train:36 --select-val 12 --optimizer labeled --k 2 \
-  --metric str-rouge --candidates "$PLANS" --index wiki-dense \
+  --metric str-rouge --candidates "$PLANS" --index wiki-dense --threads 2 \
   --out "$R/diva-labeled-choice.json" 2>&1 | tee -a "$R/compile.log"
 echo "$(date -u +%FT%TZ) compile done" >> "$R/progress.log"
