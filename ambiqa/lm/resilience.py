@@ -111,6 +111,16 @@ class RetryPolicy:
             return None
         return (self.timeout_s + self.max_delay_s) * (self.max_retries + 1)
 
+    def attempt_timeout(self, start: float, deadline: float | None) -> float | None:
+        """The next attempt's deadline: ``timeout_s``, cut to what is left of the whole
+        call's ``deadline`` (seconds since ``start``, a ``time.monotonic()`` reading)."""
+        timeout = self.timeout_s
+        if deadline is not None:
+            left = deadline - (time.monotonic() - start)
+            timeout = left if timeout is None else min(timeout, left)
+            timeout = max(timeout, 0.001)
+        return timeout
+
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based)."""
         if retry_after is not None and retry_after >= 0:
@@ -325,11 +335,7 @@ class ResilientEngine:
         deadline = policy.total_deadline()
         attempt = 0
         while True:
-            timeout = policy.timeout_s
-            if deadline is not None:
-                left = deadline - (time.monotonic() - start)
-                timeout = left if timeout is None else min(timeout, left)
-                timeout = max(timeout, 0.001)
+            timeout = policy.attempt_timeout(start, deadline)
             call = next_call_id()
             held: list[Any] = []
             wrote = False
@@ -414,11 +420,7 @@ class ResilientEngine:
         deadline = policy.total_deadline()
         attempt = 0
         while True:
-            timeout = policy.timeout_s
-            if deadline is not None:
-                left = deadline - (time.monotonic() - start)
-                timeout = left if timeout is None else min(timeout, left)
-                timeout = max(timeout, 0.001)
+            timeout = policy.attempt_timeout(start, deadline)
             try:
                 return self._attempt(request, timeout)
             except Exception as exc:
