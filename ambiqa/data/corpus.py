@@ -233,20 +233,30 @@ def _iter_folder(root: Path, split_words: int | None) -> Iterator[Passage]:
                         + (f" (it has: {', '.join(others)})" if others else " (it is empty)"),
                         hint=f"accepted: {accepted()}")
     for path in files:
-        rel = path.relative_to(root).as_posix()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
-        title = path.stem.replace("_", " ").strip()
-        words = text.split()
-        if not words:
-            continue  # an empty file holds no passage
-        if not split_words:
-            yield Passage(rel, title, text.strip())
-            continue
-        for n, start in enumerate(range(0, len(words), split_words), start=1):
-            yield Passage(f"{rel}#{n}", title, " ".join(words[start:start + split_words]))
+        # an empty file holds no passage
+        yield from _file_passages(path, path.relative_to(root).as_posix(), split_words)
+
+
+def _file_passages(path: Path, rel: str, split_words: int | None) -> list[Passage]:
+    """One text file's passages, ids from ``rel``: the whole file, or ``split_words``-word
+    pieces ``rel#1``, ``rel#2``...; none for a file without words."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    title = path.stem.replace("_", " ").strip()
+    words = text.split()
+    if not words:
+        return []
+    if not split_words:
+        return [Passage(rel, title, text.strip())]
+    return [Passage(f"{rel}#{n}", title, " ".join(words[start:start + split_words]))
+            for n, start in enumerate(range(0, len(words), split_words), start=1)]
+
+
+def _check_split_words(split_words: int | None) -> None:
+    if split_words is not None and (isinstance(split_words, bool) or int(split_words) < 1):
+        raise DataError(f"split_words must be a positive number of words, got {split_words!r}")
 
 
 def _records(path: Path, fmt: str, text_column: str | None
@@ -274,8 +284,7 @@ def iter_corpus(path: str | Path, *, check_duplicates: bool = True,
     """
     path = _check_path(Path(path).expanduser())
     fmt = corpus_format(path)
-    if split_words is not None and (isinstance(split_words, bool) or int(split_words) < 1):
-        raise DataError(f"split_words must be a positive number of words, got {split_words!r}")
+    _check_split_words(split_words)
     if split_words and fmt != "folder":
         raise DataError(f"split_words applies to a folder of .txt/.md files, not a {fmt} file",
                         hint="a JSONL/CSV corpus is already split into passages")
@@ -333,8 +342,7 @@ def iter_corpora(paths: Iterable[str | Path], *, split_words: int | None = None,
     if not paths:
         raise DataError("no corpus files given", hint=f"pass files or folders; accepted: "
                         f"{accepted()}, or single .txt/.md files")
-    if split_words is not None and (isinstance(split_words, bool) or int(split_words) < 1):
-        raise DataError(f"split_words must be a positive number of words, got {split_words!r}")
+    _check_split_words(split_words)
     texts = [p for p in paths if p.is_file() and p.suffix.lower() in FOLDER_SUFFIXES]
     if split_words and not texts and not any(p.is_dir() for p in paths):
         raise DataError("split_words applies to folders and .txt/.md files, not to "
@@ -363,19 +371,10 @@ def _text_file(path: Path, base: Path, split_words: int | None) -> Iterator[Pass
     except ValueError:
         raise DataError(f"{path} is not inside {base}",
                         hint="--base names the folder the file's id is relative to") from None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
-    title = path.stem.replace("_", " ").strip()
-    words = text.split()
-    if not words:
+    passages = _file_passages(path, rel, split_words)
+    if not passages:
         raise DataError(f"{path} is empty: no passage to add")
-    if not split_words:
-        yield Passage(rel, title, text.strip())
-        return
-    for n, start in enumerate(range(0, len(words), split_words), start=1):
-        yield Passage(f"{rel}#{n}", title, " ".join(words[start:start + split_words]))
+    yield from passages
 
 
 def _hashed(p: Passage) -> bool:
