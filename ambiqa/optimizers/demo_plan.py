@@ -12,7 +12,9 @@ Sources:
 
 * ``none`` -- no demos (zero-shot for that predictor);
 * ``keep`` -- the demos it already has (from the teleprompter, or the input program);
-* ``gold`` -- ``k`` labeled demos from the training data (:mod:`ambiqa.optimizers.demos`);
+* ``gold`` -- ``k`` labeled demos from the training data (:mod:`ambiqa.optimizers.demos`;
+  the writer's are those in the references' typical form,
+  :func:`~ambiqa.optimizers.demos.pick_gold`);
   refused for a predictor whose signature no gold data labels;
 * ``signal`` -- ``k`` demos chosen against the predictor's own signal
   (:mod:`ambiqa.optimizers.signals`) from one traced pass over the training questions;
@@ -138,7 +140,7 @@ def apply_plan(program: Any, plan: dict[str, DemoSource], trainset: list[Any], *
     is what the predictor does in the program it will ship in), then one bootstrap run per
     distinct ``k`` among the ``bootstrap`` entries. Returns, per predictor, what was applied.
     """
-    from ambiqa.optimizers.demos import labeled_demos
+    from ambiqa.optimizers.demos import labeled_demos, pick_gold
 
     resolved = resolve_plan(program, plan)
     predictors = dict(program.named_predictors())
@@ -155,7 +157,8 @@ def apply_plan(program: Any, plan: dict[str, DemoSource], trainset: list[Any], *
                 raise ConfigError(f"no gold demos for {name} ({predictor.signature.__name__}) "
                                   "in the training data",
                                   hint="use signal or bootstrap for this predictor")
-            predictor.demos = random.Random(seed).sample(pool, min(src.k, len(pool)))
+            predictor.demos = pick_gold(pool, src.k, random.Random(seed),
+                                        predictor.signature.__name__)
         if src.source in ("none", "keep", "gold"):
             done[name] = {"source": str(src), "demos": len(predictor.demos)}
     signal = {n: s for n, s in resolved.items() if s.source == "signal"}

@@ -15,6 +15,8 @@ only -- callers enforce that.
 
 from __future__ import annotations
 
+import random
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -154,3 +156,36 @@ def labeled_demos(trainset: list[Any]) -> dict[str, list[dspy.Example]]:
         if demos:
             out[name] = demos
     return out
+
+
+def _writer_form(demo: Any, typical: float) -> float:
+    """How much a gold long answer has the references' form: the share of the readings it
+    lists that it states, times min/max of its length and the pool's typical length."""
+    from ambiqa.evaluation.metrics import answer_in_passages
+    from ambiqa.optimizers.signals import given_answers
+
+    text = str(demo.long_answer or "")
+    words = len(text.split())
+    if not words:
+        return 0.0
+    given = given_answers(str(demo.interpretations or ""))
+    stated = (sum(answer_in_passages([a], [text]) for a in given) / len(given)
+              if given else 1.0)
+    return stated * min(words, typical) / max(words, typical)
+
+
+def pick_gold(pool: list[Any], k: int, rng: random.Random, signature: str) -> list[Any]:
+    """``k`` gold demos for a predictor of ``signature`` from ``pool``.
+
+    Most signatures: a seeded random sample. The long-answer writer: the ``k`` demos whose
+    long answer best has the references' form -- it states every reading it lists, at a
+    length near the pool's median -- in seeded order among equals. Why: a compiled writer
+    copies its demos' length (``benchmarks/results/writer-length``), and ASQA's long answers
+    vary from one sentence to a paragraph; a random gold demo of 19 words made the 1.5B answer
+    in 13 and drop readings (``benchmarks/results/compile-v5``, the first table).
+    """
+    if signature != "WriteLongAnswer" or len(pool) <= k:
+        return rng.sample(pool, min(k, len(pool)))
+    shuffled = rng.sample(pool, len(pool))
+    typical = statistics.median(len(str(d.long_answer or "").split()) for d in pool) or 1.0
+    return sorted(shuffled, key=lambda d: -_writer_form(d, typical))[:k]

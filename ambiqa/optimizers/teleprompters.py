@@ -52,7 +52,7 @@ from ambiqa.errors import AmbiqaError, ArtifactError, ConfigError, ModelError
 from ambiqa.lm import make_lm
 from ambiqa.optimizers.ahead import AheadBootstrapFewShot
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
-from ambiqa.optimizers.demos import labeled_demos
+from ambiqa.optimizers.demos import labeled_demos, pick_gold
 from ambiqa.optimizers.gepa import run_gepa, run_simba
 from ambiqa.optimizers.knn import install_knn
 from ambiqa.optimizers.recipes import split_train
@@ -123,7 +123,7 @@ def apply_labeled(program: dspy.Module, pools: dict[str, list[Any]], k: int,
     for name, predictor in program.named_predictors():
         sig = predictor.signature.__name__
         pool = pools.get(sig, [])
-        predictor.demos = rng.sample(pool, min(k, len(pool))) if pool else []
+        predictor.demos = pick_gold(pool, k, rng, sig) if pool else []
         counts[name] = len(predictor.demos)
     return counts
 

@@ -355,3 +355,32 @@ def test_each_variant_pays_the_calls_of_the_predictors_it_changes() -> None:
     assert variant_lm_calls(per_q, DEFAULT_VARIANTS) == 1.0 + 1.0 + (1.5 + 1.0)
     # a key with no measured count is priced as a writer, never as free
     assert variant_lm_calls(per_q, [{"verify": "signal:2"}]) == 1.0
+
+
+def test_gold_writer_demos_are_those_in_the_references_form():
+    """A compiled writer copies its demos' length: the gold demos picked for it are the ones
+    stating every reading they list at the pool's typical length, not a random one-liner;
+    other predictors keep the seeded random sample."""
+    import random
+
+    from ambiqa.optimizers.demos import pick_gold
+
+    def demo(answer: str, pairs: str) -> dspy.Example:
+        return dspy.Example(question="q?", interpretations=pairs, passages="",
+                            long_answer=answer)
+
+    two = "- A? -> alpha\n- B? -> beta"
+    typical = ("The first reading is answered by alpha, as the passage on it says, while "
+               "the second reading is answered by beta, which a later passage gives, so the "
+               "question has two answers.")
+    pool = [demo("Alpha.", two),                                      # one of two, too short
+            demo(typical, two),                                        # both, typical length
+            demo(typical.replace("beta", "gamma"), two),               # drops beta
+            demo(" ".join([typical] * 4), two)] + [demo(typical, two)] * 3
+    picked = pick_gold(pool, 1, random.Random(0), "WriteLongAnswer")
+    assert picked[0].long_answer == typical
+    assert all(d.long_answer == typical for d in pick_gold(pool, 3, random.Random(0),
+                                                            "WriteLongAnswer"))
+    # any other signature: the same seeded sample as before
+    assert pick_gold(pool, 2, random.Random(5), "ClarifyFromPassages") == \
+        random.Random(5).sample(pool, 2)
