@@ -364,15 +364,15 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     path = None
     if cfg.out is not None:
         path = save_artifact(Path(cfg.out), compiled, manifest)
+        budget_note = " (stopped at the LM-call budget)" if report.stopped_by_budget else ""
+        say(f"wrote {path}: demos per predictor {report.demos_per_predictor}, dev {metric} = "
+            f"{scores.get('dev', float('nan')):.3f}, {report.cost['lm_calls']} LM calls"
+            + budget_note)
         if report.selection_answers:
             side = path.with_name(path.stem + ".selection.jsonl")
             atomic_write_text(side, "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                             for r in report.selection_answers))
             say(f"wrote {side}: each candidate's answer to each validation question")
-        budget_note = " (stopped at the LM-call budget)" if report.stopped_by_budget else ""
-        say(f"wrote {path}: demos per predictor {report.demos_per_predictor}, dev {metric} = "
-            f"{scores.get('dev', float('nan')):.3f}, {report.cost['lm_calls']} LM calls"
-            + budget_note)
     compiled.manifest = manifest
     return CompileResult(compiled, manifest, report, path)
 

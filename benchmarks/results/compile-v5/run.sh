@@ -16,14 +16,17 @@
 # Writer-only plans pay one writer call per question: every upstream call is answered from
 # the compile's memo. A killed run restarts from DSPy's response cache (same requests, same
 # replies), so rerunning this script is its --resume.
-#   bash benchmarks/results/compile-v5/run.sh
+# The first run (diva-labeled-choice) drew the gold writer demos at random; the second
+# (diva-labeled-choice-form, after `pick_gold`) takes those in the references' typical form.
+#   bash benchmarks/results/compile-v5/run.sh [NAME]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 R=benchmarks/results/compile-v5
+NAME=${1:-diva-labeled-choice}
 UP0="typing=none,pseudo_interpretations=none,verify=none,closed_book.answer=none"
 PLANS="clarify=none,writer=none;$UP0,clarify=none,writer=gold:1;$UP0,clarify=none"
-echo "$(date -u +%FT%TZ) compile start" >> "$R/progress.log"
+echo "$(date -u +%FT%TZ) compile $NAME start" >> "$R/progress.log"
 nice ambiqa compile diva --train asqa:train:36 --select-val 12 --optimizer labeled --k 2 \
   --metric str-rouge --candidates "$PLANS" --index wiki-dense --threads 2 \
-  --out "$R/diva-labeled-choice.json" 2>&1 | tee -a "$R/compile.log"
-echo "$(date -u +%FT%TZ) compile done" >> "$R/progress.log"
+  --out "$R/$NAME.json" 2>&1 | tee -a "$R/compile-$NAME.log"
+echo "$(date -u +%FT%TZ) compile $NAME done" >> "$R/progress.log"
