@@ -74,8 +74,8 @@ def measure(artifact: Path, data: str) -> dict[str, Any]:
         label = cand["label"]
         own = per.get(label) or per.get(cand.get("same_as", ""), {})
         row = {k: cand.get(k) for k in ("label", "note", "mean", "diff_vs_zero_shot",
-                                        "interval_vs_zero_shot", "lm_calls", "memo_hits",
-                                        "seconds", "errors", "same_as")}
+                                        "interval_vs_zero_shot", "lm_calls", "cached_calls",
+                                        "memo_hits", "seconds", "errors", "same_as")}
         if own:
             row["str_em"] = statistics.fmean(own["str-em"])
             row["rouge_l"] = statistics.fmean(own["rouge-l"])
@@ -110,7 +110,8 @@ def render(m: dict[str, Any], command: str) -> str:
              f"`{command}`", "",
              f"| candidate | {m['metric']} | Δ vs zero-shot [95%] | STR-EM | Δ STR-EM [95%] | "
              "ROUGE-L | Δ ROUGE-L [95%] | median words (refs "
-             f"{m['reference_median_words']:g}) | LM calls | from memo | seconds |",
+             f"{m['reference_median_words']:g}) | LM calls (from the response cache) | "
+             "from memo | seconds |",
              "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|"]
     for c in m["candidates"]:
         label = f"**{c['label']}**" if c["label"] == m["shipped"] else c["label"]
@@ -128,12 +129,13 @@ def render(m: dict[str, Any], command: str) -> str:
             diff = c[metric] - base[metric]
             return f"{diff:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({_decides(ci[0], ci[1], n)})"
 
+        cached = f" ({c['cached_calls']})" if c.get("cached_calls") else ""
         lines.append(
             f"| {label} | {c['mean']:.3f} | "
             f"{_ci(c['diff_vs_zero_shot'], c['interval_vs_zero_shot'], n)} | "
             f"{c.get('str_em', float('nan')):.3f} | {pair('str_em_vs_zero_shot')} | "
             f"{c.get('rouge_l', float('nan')):.3f} | {pair('rouge_l_vs_zero_shot')} | "
-            f"{c.get('median_words', float('nan')):g} | {c['lm_calls']} | "
+            f"{c.get('median_words', float('nan')):g} | {c['lm_calls']}{cached} | "
             f"{c.get('memo_hits') or 0} | {c['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 

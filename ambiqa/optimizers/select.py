@@ -165,7 +165,8 @@ def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallM
     return {"label": candidate.label, "note": candidate.note, "scores": scores,
             "answers": answers,
             "mean": sum(scores) / len(scores) if scores else 0.0, "errors": errors,
-            "lm_calls": cost.get("lm_calls", 0), "memo_hits": memo.hits - hits0,
+            "lm_calls": cost.get("lm_calls", 0), "cached_calls": cost.get("cached_calls", 0),
+            "memo_hits": memo.hits - hits0,
             "seconds": round(time.perf_counter() - start, 3)}
 
 
@@ -209,7 +210,8 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
                          sort_keys=True)
         if key in seen:
             row = {**seen[key], "label": cand.label, "note": cand.note, "answers": [],
-                   "same_as": seen[key]["label"], "lm_calls": 0, "seconds": 0.0}
+                   "same_as": seen[key]["label"], "lm_calls": 0, "cached_calls": 0,
+                   "seconds": 0.0}
             tell(f"candidate {i}/{len(candidates)} {cand.label}: the same program as "
                  f"{row['same_as']}, not scored again")
         else:
@@ -217,9 +219,11 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
                  "validation questions ...")
             row = _score_one(cand, valset, metric, memo, budget, threads)
             seen[key] = row
+            cached = (f" ({row['cached_calls']} of them from the response cache)"
+                      if row["cached_calls"] else "")
             tell(f"candidate {i}/{len(candidates)} {cand.label}: {metric_name} "
-                 f"{row['mean']:.3f} ({row['lm_calls']} LM calls, {row['memo_hits']} answered "
-                 f"from the memo, {row['seconds']:.0f} s)")
+                 f"{row['mean']:.3f} ({row['lm_calls']} LM calls{cached}, {row['memo_hits']} "
+                 f"answered from the memo, {row['seconds']:.0f} s)")
         results.append((cand, row))
     base = results[0][1]["scores"]
     for _, row in results:
