@@ -22,6 +22,8 @@ from typing import Any
 
 import dspy
 
+from ambiqa.evaluation.metrics import answer_in_passages
+from ambiqa.optimizers.signals import given_answers
 from ambiqa.programs.base import format_pairs, format_passages
 from ambiqa.programs.resp import format_global, format_local
 from ambiqa.signatures.common import QAPair
@@ -161,9 +163,6 @@ def labeled_demos(trainset: list[Any]) -> dict[str, list[dspy.Example]]:
 def _writer_form(demo: Any, typical: float) -> float:
     """How much a gold long answer has the references' form: the share of the readings it
     lists that it states, times min/max of its length and the pool's typical length."""
-    from ambiqa.evaluation.metrics import answer_in_passages
-    from ambiqa.optimizers.signals import given_answers
-
     text = str(demo.long_answer or "")
     words = len(text.split())
     if not words:
