@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.evaluation.registry import prediction_answer
 from ambiqa.parallel import run_parallel
 from ambiqa.tracing import record_event, track
 
@@ -150,9 +151,8 @@ def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallM
         except (TypeError, ValueError):
             value = 0.0
         value = 0.0 if math.isnan(value) else value
-        text = pred.get("answer") if isinstance(pred, dict) else getattr(pred, "answer", None)
         return value, {"id": qid, "question": ex.question,
-                       "answer": None if text is None else str(text), "score": value}, False
+                       "answer": prediction_answer(pred), "score": value}, False
 
     # questions in flight at once: an LM with two slots (the embedded one) answers two
     # questions' calls side by side; each worker carries the trace (ambiqa.parallel)
