@@ -148,11 +148,12 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
         if predictor_signal:
             compiled = compiled if compiled is not program else program.deepcopy()
             settings["predictor_signal"] = _apply_signal(compiled, trainset, safe, k=k,
-                                                         seed=seed, budget=budget)
+                                                         seed=seed, budget=budget,
+                                                         threads=threads)
         if plan:
             compiled = compiled if compiled is not program else program.deepcopy()
             settings["demo_plan"] = apply_plan(compiled, plan, trainset, metric=safe,
-                                               seed=seed, budget=budget)
+                                               seed=seed, budget=budget, threads=threads)
         if select_set:
             compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
                                label=optimizer + ("+plan" if plan else ""),
@@ -232,7 +233,8 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
         program = compiled.deepcopy()
         text = ",".join(f"{key}={src}" for key, src in plan.items())
         try:
-            apply_plan(program, plan, trainset, metric=metric, seed=seed, budget=budget)
+            apply_plan(program, plan, trainset, metric=metric, seed=seed, budget=budget,
+                       threads=threads)
         except ConfigError as exc:
             skipped.append({"candidate": text, "why": exc.message})
             continue
@@ -254,11 +256,11 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
 
 
 def _apply_signal(compiled: dspy.Module, trainset: list[Any], metric: SafeMetric | None, *,
-                  k: int, seed: int, budget: Budget) -> dict[str, Any]:
+                  k: int, seed: int, budget: Budget, threads: int = 1) -> dict[str, Any]:
     """One traced pass over the training questions, then demos against each predictor's own
     signal (:func:`ambiqa.optimizers.signals.signal_demos`); a knn program's signalled
     predictors show all of their k signal demos."""
-    records = collect_traces(compiled, trainset, metric, budget)
+    records = collect_traces(compiled, trainset, metric, budget, threads=threads)
     chosen = signal_demos(compiled, records, k, seed=seed)
     for name, predictor in compiled.named_predictors():
         if name in chosen and isinstance(predictor, KNNPredict):

@@ -58,6 +58,7 @@ from ambiqa.evaluation.metrics import (
     token_f1,
 )
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
+from ambiqa.parallel import run_parallel
 from ambiqa.signatures.verification import parse_verdict
 from ambiqa.tracing import record_event
 
@@ -305,26 +306,26 @@ class TraceRecord:
 
 
 def collect_traces(program: dspy.Module, examples: list[Any], metric: Callable[..., float] | None,
-                   budget: Budget | None = None) -> list[TraceRecord]:
+                   budget: Budget | None = None, threads: int = 1) -> list[TraceRecord]:
     """Run ``program`` on each example with DSPy's trace on; keep every predictor call.
 
-    A failing run is skipped (recorded as an event); with a ``budget`` the loop stops cleanly
-    at the next example once it is spent (``budget.stopped``).
+    A failing run is skipped (recorded as an event); with a ``budget`` no new example starts
+    once it is spent (``budget.stopped``). ``threads``: examples answered at once, each in its
+    own trace (DSPy's settings are per context, and :func:`~ambiqa.parallel.run_parallel`
+    gives every example its own copy), for an LM that serves several calls at once; the
+    records come back in the examples' order, as with one thread.
     """
     names = {id(p): n for n, p in program.named_predictors()}
-    records: list[TraceRecord] = []
-    for ex in examples:
-        if budget is not None:
-            try:
-                budget.check()
-            except BudgetExhausted:
-                break
+
+    def one(ex: Any) -> TraceRecord | None:
+        if budget is not None and _spent(budget):
+            return None
         with dspy.context(trace=[]):
             try:
                 pred = program(question=ex.question)
             except Exception as exc:  # one failing question must not end the collection
                 record_event("signal", f"trace failed: {type(exc).__name__}: {exc}"[:200])
-                continue
+                return None
             trace = list(dspy.settings.trace or [])
         score = 0.0
         if metric is not None:
@@ -340,8 +341,27 @@ def collect_traces(program: dspy.Module, examples: list[Any], metric: Callable[.
                 continue
             out = dict(outputs.items()) if hasattr(outputs, "items") else {}
             steps.append(Step(name, predictor.signature.__name__, dict(inputs), out))
-        records.append(TraceRecord(ex, pred, score, steps))
-    return records
+        return TraceRecord(ex, pred, score, steps)
+
+    if threads <= 1:  # stop at the first spent budget, as the one-thread loop always did
+        records: list[TraceRecord] = []
+        for ex in examples:
+            if budget is not None and _spent(budget):
+                break
+            record = one(ex)
+            if record is not None:
+                records.append(record)
+        return records
+    return [r for r in run_parallel(one, examples, max_workers=threads) if r is not None]
+
+
+def _spent(budget: Budget) -> bool:
+    """Whether the budget is used up (``check`` marks it stopped, as it always has)."""
+    try:
+        budget.check()
+    except BudgetExhausted:
+        return True
+    return False
 
 
 # ---- demo choice ----------------------------------------------------------------------------

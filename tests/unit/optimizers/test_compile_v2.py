@@ -19,6 +19,7 @@ from ambiqa.optimizers.export import export_prompts, render
 from ambiqa.optimizers.feedback import AmbiguityFeedback, diagnose
 from ambiqa.optimizers.signals import (
     accuracy_from_rows,
+    collect_traces,
     coverage,
     is_gold_answer,
     judge_call,
@@ -144,6 +145,29 @@ def test_predictor_signal_gives_the_verifier_a_yes_and_a_no(use_lm):
     before = info["train_accuracy_before"]["verify"]
     assert before["by_expected"]["no"] == {"n": 6, "right": 0}
     assert info["runs"] == 4
+
+
+def test_signal_pass_answers_training_questions_at_once_with_the_same_records(use_lm):
+    """``threads=2`` runs the traced pass two questions at a time (the embedded LM has two
+    slots): each question keeps its own trace, records come back in the questions' order, and
+    the signal demos chosen from them are the one-thread ones."""
+    use_lm(_diva_lm("yes"))
+    train = load_dataset("demo:train")[:4]
+
+    def steps(records):
+        return [(r.example.question, r.score, [(s.predictor, s.inputs, s.outputs) for s in r.steps])
+                for r in records]
+
+    one, two = (collect_traces(_diva(), train, dspy_metric("str-em"), threads=t) for t in (1, 2))
+    assert steps(two) == steps(one) and len(one) == 4
+    assert all(len({s.predictor for s in r.steps}) >= 4 for r in two)  # no trace mixed or lost
+    demos = []
+    for threads in (1, 2):
+        compiled, _ = compile_program(_diva(), train, optimizer="none",
+                                      metric=dspy_metric("str-em"), k=2, threads=threads,
+                                      demos="verify=signal:2,writer=signal:1")
+        demos.append({n: [dict(d) for d in p.demos] for n, p in compiled.named_predictors()})
+    assert demos[0] == demos[1] and demos[0]["verify"]
 
 
 def test_accuracy_from_stored_rows_per_predictor():
