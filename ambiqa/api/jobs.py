@@ -144,10 +144,6 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
     before the LM loads, build the LM, run and score. Decides nothing the plan decided."""
     cfg = plan.settings
     program = open_planned(plan)
-    if cfg.progress:
-        # what the first question would load in silence (the encoder, a ColBERT searcher),
-        # loaded now and said on stderr with its duration, as `ask` and `serve` do (issue 42)
-        _warm_up(program, lambda line: print(f"ambiqa: {line}", file=sys.stderr, flush=True))
     lm = use_lm(plan.lm)
     reader = make_reader(cfg.reader)
     extra = plan.run_spec.extra
@@ -167,13 +163,22 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
                                judge=judge_name(list(plan.metrics)),
                                index_fingerprint=_fingerprint(program), extra=extra,
                                **lm_fields)
+
+    def warm_up_first() -> None:
+        # what the first question would load in silence (the encoder, a ColBERT searcher),
+        # loaded before it and said on stderr with its duration, as `ask` and `serve` do
+        # (issue 42); not at all when a resume finds nothing left to ask
+        if cfg.progress:
+            _warm_up(program, lambda line: print(f"ambiqa: {line}", file=sys.stderr,
+                                                 flush=True))
+
     summary = run_evaluation(program, examples,
                              metric_fns(list(plan.metrics), reader, expanded=True),
                              out_dir=plan.out, spec=spec, resume=cfg.resume,
                              threads=cfg.threads, max_error_rate=cfg.max_error_rate,
                              timeout_s=cfg.timeout_s, retry_errors=cfg.retry_errors,
                              progress=cfg.progress, report=write_run_report,
-                             spec_complete=True)
+                             spec_complete=True, before_first=warm_up_first)
     return EvaluateResult(summary, spec, plan.out, program)
 
 

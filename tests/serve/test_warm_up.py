@@ -225,6 +225,14 @@ def test_evaluate_and_compile_say_what_the_first_question_loads(tmp_path, capsys
     assert re.search(r"warming up: the cold test index loaded \(\d+\.\d s\)", err)
     # evaluated after the warm-up, so the question found the index warm
     assert cold.loads == 1
+    # a resume with nothing left to ask loads nothing and says no warm-up
+    cold = ColdIndex(demo_retriever)
+    args = build_parser().parse_args(["evaluate", "vanilla_rag", "--data", "demo:dev:1",
+                                      "--metrics", "str-em", "--out", str(tmp_path / "run"),
+                                      "--resume"])
+    evaluate_from_args(args, lm=vanilla_rag_lm(), retriever=cold, progress=True)
+    assert "warming up" not in capsys.readouterr().err
+    assert cold.loads == 0
 
     said: list[str] = []
 

@@ -171,9 +171,12 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
              out_dir: Path | None = None, spec: RunSpec | None = None, resume: bool = False,
              threads: int = 1, max_error_rate: float = 0.5, progress: bool = True,
              timeout_s: float | None = None, retry_errors: bool = False,
-             report: ReportWriter | None = None,
-             spec_complete: bool = False) -> dict[str, Any]:
+             report: ReportWriter | None = None, spec_complete: bool = False,
+             before_first: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run ``program`` on ``examples``, score with ``metrics``, return the summary.
+
+    ``before_first`` is called once, before the first question is asked, and only when one
+    is left to ask (a resume of a finished run calls it not at all): the caller's warm-up.
 
     ``timeout_s`` bounds each example (program call and scoring each get that long);
     ``retry_errors`` (with ``resume``) reruns examples whose recorded row is an error, the new
@@ -203,7 +206,8 @@ def evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *,
         return _evaluate(program, examples, metrics, out_dir=out_dir, spec=spec,
                          resume=resume, threads=threads, max_error_rate=max_error_rate,
                          progress=progress, timeout_s=timeout_s, retry_errors=retry_errors,
-                         report=report, spec_complete=spec_complete)
+                         report=report, spec_complete=spec_complete,
+                         before_first=before_first)
     finally:
         if release is not None:
             release()
@@ -258,7 +262,8 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
               out_dir: Path | None, spec: RunSpec | None, resume: bool, threads: int,
               max_error_rate: float, progress: bool, timeout_s: float | None,
               retry_errors: bool, report: ReportWriter | None,
-              spec_complete: bool = False) -> dict[str, Any]:
+              spec_complete: bool = False,
+              before_first: Callable[[], None] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     results: ResultsFile | None = None
     if not spec_complete:
@@ -281,6 +286,8 @@ def _evaluate(program: Any, examples: list[Any], metrics: dict[str, MetricFn], *
         rows = [r for r in rows if str(r["id"]) not in set(changed)]
     done = {str(r["id"]) for r in rows}
     todo = [(i, ex) for i, ex in enumerate(examples) if example_id(ex, i) not in done]
+    if todo and before_first is not None:
+        before_first()
     state = _RunState(rows, results, max_error_rate, total=len(examples))
     mixed = is_mixed(examples)
 
