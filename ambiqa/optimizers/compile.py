@@ -153,7 +153,8 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
         if plan:
             compiled = compiled if compiled is not program else program.deepcopy()
             settings["demo_plan"] = apply_plan(compiled, plan, trainset, metric=safe,
-                                               seed=seed, budget=budget, threads=threads)
+                                               seed=seed, budget=budget, threads=threads,
+                                               say=say)
         if select_set:
             compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
                                label=optimizer + ("+plan" if plan else ""),
@@ -234,7 +235,7 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
         text = ",".join(f"{key}={src}" for key, src in plan.items())
         try:
             apply_plan(program, plan, trainset, metric=metric, seed=seed, budget=budget,
-                       threads=threads)
+                       threads=threads, say=say)
         except ConfigError as exc:
             skipped.append({"candidate": text, "why": exc.message})
             continue

@@ -132,14 +132,14 @@ def resolve_plan(program: Any, plan: dict[str, DemoSource]) -> dict[str, DemoSou
 
 def apply_plan(program: Any, plan: dict[str, DemoSource], trainset: list[Any], *,
                metric: Any = None, seed: int = 0, budget: Any = None, threads: int = 1,
-               ) -> dict[str, dict[str, Any]]:
+               say: Any = None) -> dict[str, dict[str, Any]]:
     """Give each predictor the plan names its demos from its source (in place).
 
     Order: ``none``/``keep``/``gold`` first (no LM call), then one traced pass over the
     training questions for every ``signal`` entry (with the demos just set, so a signal demo
     is what the predictor does in the program it will ship in), then one bootstrap run per
     distinct ``k`` among the ``bootstrap`` entries. Returns, per predictor, what was applied.
-    ``threads``: training questions the signal pass answers at once.
+    ``threads``: training questions the signal pass answers at once; ``say`` its progress.
     """
     from ambiqa.optimizers.demos import labeled_demos, pick_gold
 
@@ -165,7 +165,7 @@ def apply_plan(program: Any, plan: dict[str, DemoSource], trainset: list[Any], *
     signal = {n: s for n, s in resolved.items() if s.source == "signal"}
     if signal:
         done.update(_apply_signal_sources(program, signal, trainset, metric, seed, budget,
-                                          threads))
+                                          threads, say))
     boot = {n: s for n, s in resolved.items() if s.source == "bootstrap"}
     if boot:
         done.update(_apply_bootstrap_sources(program, boot, trainset, metric, seed, budget))
@@ -174,7 +174,7 @@ def apply_plan(program: Any, plan: dict[str, DemoSource], trainset: list[Any], *
 
 def _apply_signal_sources(program: Any, entries: dict[str, DemoSource], trainset: list[Any],
                           metric: Any, seed: int, budget: Any, threads: int = 1,
-                          ) -> dict[str, dict[str, Any]]:
+                          say: Any = None) -> dict[str, dict[str, Any]]:
     from ambiqa.optimizers.signals import SIGNALLED, collect_traces, signal_demos
 
     predictors = dict(program.named_predictors())
@@ -183,7 +183,7 @@ def _apply_signal_sources(program: Any, entries: dict[str, DemoSource], trainset
         if sig not in SIGNALLED:
             raise ConfigError(f"{name} ({sig}) has no signal of its own",
                               hint=f"signalled predictors: {', '.join(sorted(SIGNALLED))}")
-    records = collect_traces(program, trainset, metric, budget, threads=threads)
+    records = collect_traces(program, trainset, metric, budget, threads=threads, say=say)
     out: dict[str, dict[str, Any]] = {}
     for k in sorted({s.k for s in entries.values()}):
         trial = program.deepcopy()

@@ -150,16 +150,22 @@ def test_predictor_signal_gives_the_verifier_a_yes_and_a_no(use_lm):
 def test_signal_pass_answers_training_questions_at_once_with_the_same_records(use_lm):
     """``threads=2`` runs the traced pass two questions at a time (the embedded LM has two
     slots): each question keeps its own trace, records come back in the questions' order, and
-    the signal demos chosen from them are the one-thread ones."""
+    the signal demos chosen from them are the one-thread ones. Diva verifies a question's
+    readings at once, so those calls finish in any order: the record puts them in a fixed
+    one, or the same pass could choose two different verifier demo sets."""
     use_lm(_diva_lm("yes"))
     train = load_dataset("demo:train")[:4]
 
     def steps(records):
-        return [(r.example.question, r.score, [(s.predictor, s.inputs, s.outputs) for s in r.steps])
-                for r in records]
+        return [(r.example.question, r.score, [(s.predictor, s.inputs, s.outputs)
+                                              for s in r.steps]) for r in records]
 
-    one, two = (collect_traces(_diva(), train, dspy_metric("str-em"), threads=t) for t in (1, 2))
+    said: list[str] = []
+    one = collect_traces(_diva(), train, dspy_metric("str-em"))
+    two = collect_traces(_diva(), train, dspy_metric("str-em"), threads=2, say=said.append)
     assert steps(two) == steps(one) and len(one) == 4
+    # a line per traced question, counted across both threads
+    assert sorted(line.split()[2] for line in said) == ["1/4", "2/4", "3/4", "4/4"]
     assert all(len({s.predictor for s in r.steps}) >= 4 for r in two)  # no trace mixed or lost
     demos = []
     for threads in (1, 2):
