@@ -85,7 +85,7 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
              choice: dict[str, Any] | None = None, **estimate_args: Any) -> dict[str, Any]:
     from ambiqa.data import load_dataset
     from ambiqa.evaluation.registry import dspy_metric
-    from ambiqa.optimizers.estimate import estimate, sample_cost
+    from ambiqa.optimizers.estimate import estimate, sample_cost, training_passes
     program = build_program(program_name, retriever=retriever, **config)
     trainset = usable_examples(load_dataset(train_spec), get_recipe(program_name), metric,
                                train_spec)
@@ -102,6 +102,9 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
 
         variants = list(DEFAULT_VARIANTS)
     n_variants = len(variants)
+    plan = parse_plan(choice.get("demos")) if choice is not None else None
+    passes = training_passes(variants, plan,
+                             bool(estimate_args.pop("predictor_signal", False)))
     n_val = len(split_train(trainset)[1]) if len(trainset) > 1 else 0
     n_train = len(trainset)
     if estimate_args.get("optimizer") in ("bootstrap-rs", "mipro", "tune"):
@@ -110,9 +113,9 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
         n_val = min(n_val, n_val_limit)
     est = estimate(per_q, n_train=n_train, n_val=n_val,
                    n_predictors=len(list(program.named_predictors())), n_select=n_select,
-                   variants=variants, **estimate_args)
+                   variants=variants, passes=passes, **estimate_args)
     est.update(program=program_name, train=train_spec, n_train=n_train, n_val=n_val,
-               n_select=n_select, n_variants=n_variants,
+               n_select=n_select, n_variants=n_variants, training_passes=passes,
                note=f"estimate; the sample run itself spent "
                     f"{per_q['sample_lm_calls_spent']} LM calls")
     return est
@@ -162,7 +165,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                        args.sample, n_val_limit=args.n_val, choice=choice,
                        optimizer=args.optimizer,
                        k=args.k, num_candidates=args.num_candidates, trials=args.mipro_trials,
-                       n_dev=0)
+                       n_dev=0, predictor_signal=args.predictor_signal)
         print(json.dumps(est, indent=2))
         return 0
     out = Path(args.out or f"artifacts/{args.program}.json")

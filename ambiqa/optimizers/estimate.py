@@ -15,8 +15,11 @@ The estimate multiplies the cost of one program call, measured on a few training
   once (one bootstrap pass) and scores every trial on the held-out part; ``gepa`` scores
   its default rollouts (three passes over train + held-out) plus a reflection call per ~4
   runs; ``simba`` runs its default 2 steps (sampling and candidate scoring on mini-batches
-  of 4) and a final pass of its candidates over the training set. ``--predictor-signal``
-  adds one pass over the training set (not counted here).
+  of 4) and a final pass of its candidates over the training set. ``--predictor-signal``,
+  and ``signal`` or ``bootstrap`` demo sources in ``--demos`` or ``--candidates``, add a
+  pass over the training set each (:func:`training_passes`);
+* the choice runs zero-shot and the compiled program in full on the validation questions;
+  a candidate plan pays what it changes (:func:`variant_lm_calls`).
 
 Token counts come from the LM's usage reports (characters / 4 for the fake endpoint, word
 counts for the scripted LM); treat the result as an order of magnitude, not a quote.
@@ -54,6 +57,8 @@ def sample_cost(program: Any, examples: list[Any], metric: Any = None) -> dict[s
     return {"n_sample": len(examples), "lm_calls": calls,
             "writer_lm_calls": writer.get("calls", 0) / n,
             "clarify_lm_calls": (by_sig.get("ClarifyFromPassages") or {}).get("calls", 0) / n,
+            "closed_book_lm_calls": (by_sig.get("ClosedBookLongAnswer") or {}).get("calls", 0)
+            / n,
             "input_tokens": prog.input_tokens / n, "output_tokens": prog.output_tokens / n,
             "metric_lm_calls": scoring.lm_calls / n,
             "metric_tokens": (scoring.input_tokens + scoring.output_tokens) / n,
@@ -66,27 +71,65 @@ def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int
     return get_teleprompter(optimizer).program_calls(n_train, n_val, num_candidates, trials)
 
 
-#: a demo plan's keys -> the per-question call count of the predictor they name
-_VARIANT_CALLS = {"writer": "writer_lm_calls", "long_answer": "writer_lm_calls",
-                  "write": "writer_lm_calls", "clarify": "clarify_lm_calls"}
+#: the predictors a demo plan may change without re-running anything upstream of them (the
+#: long answer's last steps) -> the per-question call count measured for each
+_DOWNSTREAM = {"writer": "writer_lm_calls", "long_answer": "writer_lm_calls",
+               "write": "writer_lm_calls", "writelonganswer": "writer_lm_calls",
+               "clarify": "clarify_lm_calls", "clarifyfrompassages": "clarify_lm_calls",
+               "closed_book": "closed_book_lm_calls",
+               "closedbooklonganswer": "closed_book_lm_calls"}
+#: demo sources that run the program over the training questions to find their demos
+_LEARNED = ("signal", "bootstrap")
+
+
+def _source_name(src: Any) -> str:
+    return str(src).split(":")[0].strip().lower()
 
 
 def variant_lm_calls(per_q: dict[str, float],
-                     variants: Sequence[Mapping[str, str]]) -> float:
-    """LM calls per validation question that the demo-plan ``variants`` add to a selection:
-    each pays the calls of the predictors it changes (writer, clarify); what runs upstream of
-    them is answered from the call memo. A key with no measured count costs one writer's
-    calls (a guess, never 0)."""
-    writer = per_q.get("writer_lm_calls", 0.0)
-    return sum(per_q.get(_VARIANT_CALLS.get(key, ""), writer)
-               for plan in variants for key in plan)
+                     variants: Sequence[Mapping[str, Any]]) -> float:
+    """LM calls per validation question that the demo-plan ``variants`` add to a selection.
+
+    A plan that changes only the last steps (the writer, clarify, closed book) pays their
+    calls; everything upstream is answered from the call memo. The writer is priced at one
+    call at least (a one-question sample that went closed book measured none, and a
+    writer-only plan is never free). A plan that changes any other predictor (typing, the
+    verifier, ...) re-runs what follows it and is priced as the whole program (an upper
+    bound: steps before it still come from the memo)."""
+    full = per_q.get("lm_calls", 0.0)
+    total = 0.0
+    for plan in variants:
+        stats = {_DOWNSTREAM.get(str(key).strip().lower().split(".")[0]) for key in plan}
+        if None in stats:
+            total += full
+            continue
+        total += sum(max(per_q.get(stat, 0.0), 1.0 if stat == "writer_lm_calls" else 0.0)
+                     for stat in stats if stat)
+    return total
+
+
+def training_passes(variants: Sequence[Mapping[str, Any]] = (),
+                    plan: Mapping[str, Any] | None = None,
+                    predictor_signal: bool = False) -> int:
+    """Passes over the training questions that ``signal`` and ``bootstrap`` demo sources make:
+    one per distinct program they trace (a plan's other entries are applied before the pass,
+    so plans that agree on those trace the same program, and the second pass is answered
+    from the response cache); the compile's own ``plan`` and ``--predictor-signal`` one more
+    each."""
+    traced = set()
+    for variant in variants:
+        if any(_source_name(src) in _LEARNED for src in variant.values()):
+            traced.add(frozenset((str(k), str(v)) for k, v in variant.items()
+                                 if _source_name(v) not in _LEARNED))
+    own = plan is not None and any(_source_name(src) in _LEARNED for src in plan.values())
+    return len(traced) + int(own) + int(predictor_signal)
 
 
 def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: int = 0,
              k: int = 2, num_candidates: int = 4, trials: int = 0, n_dev: int = 0,
              n_predictors: int = 1, tune_pools: bool = False, n_select: int = 0,
-             n_variants: int = 0, variants: Sequence[Mapping[str, str]] | None = None,
-             ) -> dict[str, Any]:
+             n_variants: int = 0, variants: Sequence[Mapping[str, Any]] | None = None,
+             passes: int = 0) -> dict[str, Any]:
     """LM calls and tokens for one compile (``optimizer``) or one tuning study (``trials``
     trials scored on ``n_val`` held-out questions, pools bootstrapped once if
     ``tune_pools``), plus scoring ``n_dev`` dev questions.
@@ -97,7 +140,8 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
     candidates pays only its writer calls (``per_q["writer_lm_calls"]``), the rest coming
     from the call memo. ``variants`` (the plans themselves, e.g. ``compile.DEFAULT_VARIANTS``)
     replaces ``n_variants``: each pays the calls of the predictors it changes
-    (:func:`variant_lm_calls`)."""
+    (:func:`variant_lm_calls`). ``passes``: traced passes over the ``n_train`` training
+    questions that demo sources make (:func:`training_passes`)."""
     c = per_q["lm_calls"]
     t_in, t_out = per_q["input_tokens"], per_q["output_tokens"]
     per_call = (t_in + t_out) / c if c else 0.0
@@ -113,7 +157,8 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
     downstream = (variant_lm_calls(per_q, variants) if variants is not None
                   else n_variants * per_q.get("writer_lm_calls", 0.0))
     selection = n_select * (2 * c + downstream)
-    plain += n_select  # the zero-shot candidate; the compiled one is counted below
+    signal_pass = passes * n_train * c
+    plain += n_select + passes * n_train  # zero-shot; the compiled one is counted below
     with_demos += n_select
     questions = plain + with_demos
     calls = questions * c + proposer + n_select * downstream
@@ -126,4 +171,5 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
             "total_lm_calls": round(calls + metric_calls),
             "input_tokens": round(tokens_in), "output_tokens": round(tokens_out),
             "selection_lm_calls": round(selection),
+            "training_pass_lm_calls": round(signal_pass),
             "per_question": {k_: round(v, 2) for k_, v in per_q.items()}}

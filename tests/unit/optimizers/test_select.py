@@ -350,11 +350,32 @@ def test_each_variant_pays_the_calls_of_the_predictors_it_changes() -> None:
     from ambiqa.optimizers.compile import DEFAULT_VARIANTS
     from ambiqa.optimizers.estimate import variant_lm_calls
 
-    per_q = {"writer_lm_calls": 1.0, "clarify_lm_calls": 1.5}
+    per_q = {"lm_calls": 6.0, "writer_lm_calls": 1.0, "clarify_lm_calls": 1.5}
     # writer=none, writer=gold:1 (one writer call each), clarify=none+writer=none (both)
     assert variant_lm_calls(per_q, DEFAULT_VARIANTS) == 1.0 + 1.0 + (1.5 + 1.0)
-    # a key with no measured count is priced as a writer, never as free
-    assert variant_lm_calls(per_q, [{"verify": "signal:2"}]) == 1.0
+    # a plan that changes an upstream step re-runs what follows it: priced as the program
+    assert variant_lm_calls(per_q, [{"verify": "signal:2", "writer": "none"}]) == 6.0
+    # a sample that measured no writer call (it went closed book) still prices the writer
+    assert variant_lm_calls({"lm_calls": 4.0}, [{"writer": "signal:1"}]) == 1.0
+
+
+def test_signal_and_bootstrap_sources_cost_a_pass_over_the_training_questions() -> None:
+    from ambiqa.optimizers.demo_plan import parse_plan
+    from ambiqa.optimizers.estimate import estimate, training_passes
+
+    plans = [parse_plan(t) for t in ("writer=signal:1", "writer=signal:2",
+                                     "typing=signal:2,writer=signal:1",
+                                     "clarify=none,writer=signal:1", "writer=gold:1")]
+    # the first three trace the same program (the second pass replays from the response
+    # cache); clarify=none traces another; gold runs nothing
+    assert training_passes(plans) == 2
+    assert training_passes([], parse_plan("verify=bootstrap:2"), predictor_signal=True) == 2
+    per_q = {"lm_calls": 6.0, "input_tokens": 3000.0, "output_tokens": 200.0,
+             "writer_lm_calls": 1.0}
+    est = estimate(per_q, optimizer="none", n_train=24, n_select=12, variants=plans[:2],
+                   passes=training_passes(plans[:2]))
+    assert est["training_pass_lm_calls"] == 24 * 6
+    assert est["lm_calls"] == 24 * 6 + 12 * 6 * 2 + 12 * 2
 
 
 def test_gold_writer_demos_are_those_in_the_references_form():
