@@ -52,18 +52,29 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = "benchmarks/results"
+from benchmarks.stored_runs import (
+    LONG_ANSWER_DATA,
+    RESULTS,
+    ROOT,
+    References,
+    answers_fingerprint,
+    cached_references,
+    data_split,
+    find_artifact,
+    find_runs,
+    load_references,
+    rel,
+    words,
+)
+
 OUT = f"{RESULTS}/guard-replay/guard_replay"
 COMMAND = "python -m benchmarks.guard_replay"
 #: run directories left out, not read (relative to results/): in progress
 EXCLUDE = ("compile-v4",)
-#: the data sets whose programs write long answers (ASQA)
-LONG_ANSWER_DATA = ("asqa",)
 #: the reader whose copy of a run is replayed when a run is stored under several readers
 PREFERRED_READER = "extractive:minilm-asqa-v3"
 #: seed and resamples of the median-length bootstrap (stats.py's intervals use seed 0 too)
@@ -76,39 +87,8 @@ STANDS_IN = ("DEV ROWS STAND IN FOR THE VALIDATION SPLIT. A real compile never s
              "replays the guard's decision rule on stored dev rows; it is not a replay of the "
              "compile.")
 
-References = Callable[[str], dict[str, list[str]]]
-
 
 # ------------------------------------------------------------------ reading the stored runs
-
-
-def words(text: Any) -> int:
-    return len(str(text or "").split())
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _split(data: str) -> str:
-    """``asqa:dev`` of ``asqa:dev:60``."""
-    return ":".join(str(data).split(":")[:2])
-
-
-def find_runs(results: Path) -> list[Path]:
-    """Run directories under ``results`` on a long-answer (ASQA) set, EXCLUDE left out."""
-    out = []
-    for meta in sorted(results.rglob("run.json")):
-        rel = meta.parent.relative_to(results).parts
-        if rel and rel[0] in EXCLUDE or not (meta.parent / "results.jsonl").is_file():
-            continue
-        spec = json.loads(meta.read_text("utf-8"))
-        if str(spec.get("data", "")).split(":")[0] in LONG_ANSWER_DATA:
-            out.append(meta.parent)
-    return out
 
 
 def load(run_dir: Path, root: Path) -> dict[str, Any]:
@@ -117,27 +97,13 @@ def load(run_dir: Path, root: Path) -> dict[str, Any]:
 
     spec = json.loads((run_dir / "run.json").read_text("utf-8"))
     rows = ResultsFile(run_dir / "results.jsonl").read()
-    fingerprint = hashlib.sha256(json.dumps(
-        sorted((str(r["id"]), str((r.get("prediction") or {}).get("answer"))) for r in rows),
-        ensure_ascii=False).encode()).hexdigest()
-    return {"run": _rel(run_dir, root / RESULTS), "dir": run_dir, "spec": spec, "rows": rows,
+    return {"run": rel(run_dir, root / RESULTS), "dir": run_dir, "spec": spec, "rows": rows,
             "reader": spec.get("reader"), "old_reader": spec.get("old_reader"),
-            "answers_sha256": fingerprint}
+            "answers_sha256": answers_fingerprint(rows)}
 
 
 def is_compiled(spec: dict[str, Any]) -> bool:
     return str(spec.get("program") or "").endswith(".json")
-
-
-def find_artifact(program: str, root: Path) -> Path | None:
-    """The artifact a run's ``program`` names, on this checkout (None if not stored): an
-    absolute path written on another checkout is looked up again under ``benchmarks/results``."""
-    path = Path(program)
-    tries = [path] if path.is_absolute() else [root / path, path]
-    marker = f"/{RESULTS}/"
-    if marker in program:
-        tries.append(root / RESULTS / program.split(marker, 1)[1])
-    return next((p for p in tries if p.is_file()), None)
 
 
 def _recipes() -> dict[str, Any]:
@@ -161,7 +127,7 @@ def artifact_info(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     program = str(spec.get("program") or "")
     path = find_artifact(program, root)
     stem = Path(program).stem
-    out: dict[str, Any] = {"artifact": _rel(path, root) if path else program,
+    out: dict[str, Any] = {"artifact": rel(path, root) if path else program,
                            "status": "not stored", "program": _program_from_name(stem),
                            "optimizer": None, "metric": None, "metric_from": None,
                            "train": None, "program_config": None, "demos_per_predictor": None}
@@ -197,10 +163,10 @@ def _range(data: str) -> tuple[int, float]:
 def rows_role(data: str, train: str | None) -> str:
     """What the replayed rows are to the compile: dev rows standing in for its validation
     split, training rows it did not train on (validation-like), or its own training rows."""
-    split = _split(data).split(":")[-1]
+    split = data_split(data).split(":")[-1]
     if split != "train":
         return f"{split} (stands in for validation)"
-    if not train or _split(train) != _split(data):
+    if not train or data_split(train) != data_split(data):
         return "train (the compile's training slice unknown)"
     (a, b), (c, d) = _range(data), _range(train)
     if b < c or d < a:
@@ -229,7 +195,7 @@ def zero_shot_for(compiled: dict[str, Any], art: dict[str, Any], runs: list[dict
         own = zs.get("program_config") or {}
         if any(k not in config or config[k] != v for k, v in own.items()):
             continue  # a setting the compiled program does not have (toc-strict, ...)
-        if (_split(zs.get("data", "")) != _split(spec.get("data", ""))
+        if (data_split(zs.get("data", "")) != data_split(spec.get("data", ""))
                 or zs.get("lm") != spec.get("lm") or z["reader"] != compiled["reader"]):
             continue
         a, b = _index_key(zs), _index_key(spec)
@@ -239,8 +205,9 @@ def zero_shot_for(compiled: dict[str, Any], art: dict[str, Any], runs: list[dict
         if shared:
             fits.append((shared, -len(z["run"]), z))
     if not fits:
-        return None, (f"no stored zero-shot {art['program']} run on {_split(spec.get('data'))} "
-                      f"with LM {spec.get('lm')}, reader {compiled['reader']} and the same index")
+        return None, (f"no stored zero-shot {art['program']} run on "
+                      f"{data_split(spec.get('data'))} with LM {spec.get('lm')}, reader "
+                      f"{compiled['reader']} and the same index")
     fits.sort(key=lambda f: (f[0], f[1], f[2]["run"]), reverse=True)
     return fits[0][2], f"{len(fits)} candidate(s); the one sharing most questions"
 
@@ -353,14 +320,6 @@ def length_rule(compiled_rows: Sequence[dict[str, Any]], zero_rows: Sequence[dic
 # ------------------------------------------------------------------ the replay
 
 
-def load_references(data: str) -> dict[str, list[str]]:
-    """ASQA reference long answers by question id (the whole split the data spec names)."""
-    from ambiqa.data import load_dataset
-
-    return {str(ex.id): list(ex.get("long_answers") or [])
-            for ex in load_dataset(_split(data))}
-
-
 def _spec_diffs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[Any]]:
     """run.json settings that differ between the compiled run and its zero-shot run."""
     keys = (set(a) | set(b)) - set(SPEC_SAME_OK) - {"program_config", "reader"}
@@ -390,24 +349,12 @@ def replay_one(compiled: dict[str, Any], runs: list[dict[str, Any]], root: Path,
             "length": length, "spec_differences": _spec_diffs(spec, zero["spec"])}
 
 
-def _cached(refs: References) -> References:
-    seen: dict[str, dict[str, list[str]]] = {}
-
-    def get(data: str) -> dict[str, list[str]]:
-        key = _split(data)
-        if key not in seen:
-            seen[key] = refs(key)
-        return seen[key]
-
-    return get
-
-
 def unreplayed_artifacts(results: Path, root: Path, named: set[str]) -> list[dict[str, Any]]:
     """Compiled ASQA artifacts stored under ``results`` that no stored run evaluated."""
     out = []
     for path in sorted(results.rglob("*.json")):
-        rel = path.relative_to(results).parts
-        if rel[0] in EXCLUDE or _rel(path, root) in named:
+        parts = path.relative_to(results).parts
+        if parts[0] in EXCLUDE or rel(path, root) in named:
             continue
         with path.open("rb") as fh:
             if b"ambiqa-artifact" not in fh.read(200):
@@ -416,7 +363,7 @@ def unreplayed_artifacts(results: Path, root: Path, named: set[str]) -> list[dic
         train = str(manifest.get("train") or "")
         if train.split(":")[0] not in LONG_ANSWER_DATA:
             continue
-        out.append({"artifact": _rel(path, root), "program": manifest.get("program"),
+        out.append({"artifact": rel(path, root), "program": manifest.get("program"),
                     "optimizer": (manifest.get("optimizer") or {}).get("name"),
                     "metric": manifest.get("metric"), "train": train})
     return out
@@ -424,9 +371,9 @@ def unreplayed_artifacts(results: Path, root: Path, named: set[str]) -> list[dic
 
 def measure(root: Path = ROOT, refs: References = load_references) -> dict[str, Any]:
     """Every stored compiled ASQA run replayed against its zero-shot run."""
-    refs = _cached(refs)
+    refs = cached_references(refs)
     results = root / RESULTS
-    runs = [load(d, root) for d in find_runs(results)]
+    runs = [load(d, root) for d in find_runs(results, exclude=EXCLUDE)]
     compiled = [r for r in runs if is_compiled(r["spec"])]
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in compiled:

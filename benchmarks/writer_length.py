@@ -38,24 +38,27 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = "benchmarks/results"
+from benchmarks.stored_runs import (
+    RESULTS,
+    ROOT,
+    References,
+    answers_fingerprint,
+    cached_references,
+    find_artifact,
+    find_runs,
+    load_references,
+    rel,
+    words,
+)
+
 OUT = f"{RESULTS}/writer-length/writer_length"
 COMMAND = "python -m benchmarks.writer_length"
-#: the data sets whose programs write long answers (ASQA's long-answer task)
-LONG_ANSWER_DATA = ("asqa",)
 #: the writer predictor's name in the programs ambiqa ships (used when the fields do not say)
 WRITER_SUFFIX = "long_answer.write"
-
-References = Callable[[str], dict[str, list[str]]]
-
-
-def words(text: Any) -> int:
-    return len(str(text or "").split())
 
 
 def sentences(text: Any) -> int:
@@ -111,16 +114,6 @@ def read_demo(demo: dict[str, Any]) -> dict[str, Any]:
             "long_answer": answer}
 
 
-def find_artifact(program: str, root: Path) -> Path | None:
-    """The artifact a run's ``program`` names, on this checkout (None if not stored)."""
-    path = Path(program)
-    tries = [path] if path.is_absolute() else [root / path, path]
-    marker = f"/{RESULTS}/"
-    if marker in program:
-        tries.append(root / RESULTS / program.split(marker, 1)[1])
-    return next((p for p in tries if p.is_file()), None)
-
-
 def writer_demos(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     """What the run's long-answer writer was shown: ``status`` is ``zero-shot``, ``compiled``,
     ``not stored`` (the artifact is not in this checkout) or ``changed`` (its sha256 is not the
@@ -135,7 +128,7 @@ def writer_demos(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     if path is None:
         return out
     raw = path.read_bytes()
-    out["artifact"] = _rel(path, root)
+    out["artifact"] = rel(path, root)
     want = spec.get("artifact_sha256")
     if want and hashlib.sha256(raw).hexdigest() != want:
         return {**out, "status": "changed"}
@@ -148,45 +141,6 @@ def writer_demos(spec: dict[str, Any], root: Path) -> dict[str, Any]:
             "optimizer": opt.get("name", "?"), "knn_k": opt.get("k") if opt.get("name") == "knn"
             else None, "predictor": found[0] if found else None,
             "words": [d["words"] for d in demos], "demos": demos}
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def load_references(data: str) -> dict[str, list[str]]:
-    """ASQA reference long answers by question id (the whole split the data spec names)."""
-    from ambiqa.data import load_dataset
-
-    return {str(ex.id): list(ex.get("long_answers") or [])
-            for ex in load_dataset(":".join(data.split(":")[:2]))}
-
-
-def _cached(refs: References) -> References:
-    seen: dict[str, dict[str, list[str]]] = {}
-
-    def get(data: str) -> dict[str, list[str]]:
-        key = ":".join(data.split(":")[:2])
-        if key not in seen:
-            seen[key] = refs(key)
-        return seen[key]
-
-    return get
-
-
-def find_runs(results: Path) -> list[Path]:
-    """Run directories under ``results`` whose data is a long-answer (ASQA) set."""
-    runs = []
-    for meta in sorted(results.rglob("run.json")):
-        if not (meta.parent / "results.jsonl").is_file():
-            continue
-        spec = json.loads(meta.read_text("utf-8"))
-        if str(spec.get("data", "")).split(":")[0] in LONG_ANSWER_DATA:
-            runs.append(meta.parent)
-    return runs
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -249,17 +203,14 @@ def measure_run(run_dir: Path, root: Path, refs: References) -> dict[str, Any]:
     ref_words = [statistics.median(words(a) for a in ref[i]) for i in got if ref.get(i)]
     demos = writer_demos(spec, root)
     program = spec.get("program") if demos["status"] == "zero-shot" else demos["program"]
-    fingerprint = hashlib.sha256(json.dumps(
-        sorted((str(r["id"]), str((r.get("prediction") or {}).get("answer")))
-               for r in rows), ensure_ascii=False).encode()).hexdigest()
-    return {"run": _rel(run_dir, root / RESULTS), "program": program, "lm": spec.get("lm"),
+    return {"run": rel(run_dir, root / RESULTS), "program": program, "lm": spec.get("lm"),
             "data": spec.get("data"), "writer": demos, "answer_words": got,
             "median_words": _median(got.values()), "n": len(got),
             "median_sentences": _median(sentences((r.get("prediction") or {}).get("answer"))
                                         for r in rows if not r.get("error")),
             "multi_reading": collapsed(rows),
             "failed": sum(1 for r in rows if r.get("error")),
-            "references_median": _median(ref_words), "answers_sha256": fingerprint}
+            "references_median": _median(ref_words), "answers_sha256": answers_fingerprint(rows)}
 
 
 def _spearman(xs: list[float], ys: list[float]) -> float | None:
@@ -287,7 +238,7 @@ def _spearman(xs: list[float], ys: list[float]) -> float | None:
 
 def measure(root: Path = ROOT, refs: References = load_references) -> dict[str, Any]:
     """Every stored long-answer run under ``root/benchmarks/results``, copies merged."""
-    refs = _cached(refs)
+    refs = cached_references(refs)
     measured = [measure_run(d, root, refs) for d in find_runs(root / RESULTS)]
     runs: dict[str, dict[str, Any]] = {}
     for m in sorted(measured, key=lambda m: (len(m["run"]), m["run"])):
