@@ -131,8 +131,8 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
         if safe is None:
             raise ConfigError("choosing between candidates needs a metric (e.g. --metric dr)",
                               hint="or pass --no-select")
-        trainset, select_set = _carve_validation(trainset, select_val, seed, report)
-    zero_shot, given = _without_demos(program), program.deepcopy()
+        trainset, select_set = carve_validation(trainset, select_val, seed, report)
+    zero_shot, given = without_demos(program), program.deepcopy()
     cls = get_teleprompter(optimizer)
     if cls.needs_metric and safe is None:
         raise ConfigError(f"{optimizer} needs a metric (e.g. --metric d-f1)")
@@ -182,7 +182,7 @@ def _check_options(options: dict[str, Any]) -> None:
                           hint="settings they read: " + ", ".join(sorted(known)))
 
 
-def _carve_validation(trainset: list[Any], n: int | None, seed: int, report: CompileReport,
+def carve_validation(trainset: list[Any], n: int | None, seed: int, report: CompileReport,
                       ) -> tuple[list[Any], list[Any]]:
     """(training part, validation part): a third of the training data, at most ``n`` (20 by
     default) questions, seeded. Under 3 training questions nothing can be held out: the
@@ -197,7 +197,7 @@ def _carve_validation(trainset: list[Any], n: int | None, seed: int, report: Com
     return rest + val[cap:], val[:cap]
 
 
-def _without_demos(program: dspy.Module) -> dspy.Module:
+def without_demos(program: dspy.Module) -> dspy.Module:
     """The zero-shot program: the input with every predictor's demos removed."""
     zero = program.deepcopy()
     for _, predictor in zero.named_predictors():

@@ -23,9 +23,12 @@ predictor (signature)      signal, from the example's gold qa pairs
                            pairs it wrote, times the share of them whose answers are distinct
                            (a duplicated reading costs); right at half or more.
 ``WriteLongAnswer``        the long-answer writer: the share of the distinct readings it was
-                           given that the answer states, times how near its length is to the
-                           references' (shorter/longer ratio of word counts); right at half or
-                           more. So a demo states every reading, in the references' form.
+                           given that the answer states, times the share of the gold qa pairs
+                           it states (STR-EM), times how near its length is to the references'
+                           (shorter/longer ratio of word counts); right at half or more. So a
+                           demo states every reading, rightly, in the references' form -- not
+                           one confident reading it was given alone (compile-v5's first
+                           writer signal demo: one reading, wrong, "a well-known fact").
 =========================  =====================================================================
 
 :func:`collect_traces` runs a program on training questions with DSPy's trace on and keeps
@@ -57,6 +60,7 @@ from ambiqa.evaluation.metrics import (
     field_value,
     normalize_answer,
     short_answers_of,
+    str_em,
     token_f1,
 )
 from ambiqa.optimizers.budget import Budget, BudgetExhausted
@@ -217,15 +221,23 @@ def reference_words(example: Any) -> float | None:
 
 def writer_score(long_answer: str, given: list[str], example: Any) -> float:
     """Share of the ``given`` readings' answers the long answer states (1 when it was given
-    none), times min/max of its length and the references' median length (1 without one)."""
+    none), times its STR-EM against the example's gold qa pairs (1 without any), times
+    min/max of its length and the references' median length (1 without one).
+
+    The gold factor is what keeps a one-reading call out of the demos: stating "every
+    reading given" is trivially whole when the writer was given one, and a demo that states
+    one reading confidently teaches the writer to drop the others (compile-v5: such a demo,
+    chosen without it, cost STR-EM on every validation question it changed)."""
     words = len(long_answer.split())
     if not words:
         return 0.0
     stated = (sum(answer_in_passages([a], [long_answer]) for a in given) / len(given)
               if given else 1.0)
+    gold = field_value(example, "qa_pairs", []) or []
+    right = str_em(long_answer, gold) if gold else 1.0
     ref = reference_words(example)
     form = min(words, ref) / max(words, ref) if ref else 1.0
-    return stated * form
+    return stated * right * form
 
 
 def _class_judgement(signature: str, expected: str, predicted: str | None) -> Judgement:

@@ -319,8 +319,16 @@ def test_writer_signal_wants_every_reading_given_in_the_references_length():
     assert writer_score(full, given, GOLD) == 1.0
     longer = full + " " + " ".join(["more"] * ref_len)
     assert writer_score(longer, given, GOLD) == pytest.approx(0.5)
-    assert writer_score("Paris.", given, GOLD) == pytest.approx(0.5 * 1 / ref_len)
+    # one reading of two given, one gold pair of two, 1 word of ref_len
+    assert writer_score("Paris.", given, GOLD) == pytest.approx(0.5 * 0.5 * 1 / ref_len)
     assert writer_score("", given, GOLD) == 0.0
+    # given one reading, stating it whole in the references' length is not enough: the
+    # answer must state the gold readings (compile-v5's demo: one wrong reading, "a
+    # well-known fact")
+    one = given_answers("- a? -> Marseille")
+    sure = "Marseille is the answer, a well-known fact that is widely recognized by all."
+    assert len(sure.split()) == ref_len and writer_score(sure, one, GOLD) == 0.0
+    assert writer_score(full, given_answers("- a? -> Paris"), GOLD) == 1.0
 
 
 def test_dry_run_states_the_cost_of_the_choice(capsys, tmp_path):
