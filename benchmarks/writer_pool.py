@@ -45,8 +45,10 @@ def pool_rows(records: list[Any]) -> list[dict[str, Any]]:
             answer = str(step.outputs.get("long_answer", ""))
             judged = judge_call(step.signature, step.inputs, step.outputs, rec.example,
                                 rec.prediction)
+            given = str(step.inputs.get("interpretations", ""))
             rows.append({"question": rec.example.question,
-                         "given": len(given_answers(str(step.inputs.get("interpretations", "")))),
+                         "lines": sum(" -> " in line for line in given.splitlines()),
+                         "given": len(given_answers(given)),
                          "gold_pairs": len(rec.example.qa_pairs),
                          "str_em": round(str_em(answer, rec.example.qa_pairs), 3),
                          "words": len(answer.split()),
@@ -82,6 +84,7 @@ def measure(train: str, select_val: int, index: str, seed: int = 0,
             "train": train, "select_val": select_val, "questions": len(rest),
             "traced": len(records), "writer_calls": len(rows),
             "given_one": sum(r["given"] <= 1 for r in rows),
+            "one_line": sum(r["lines"] <= 1 for r in rows),
             "gold_several": sum(r["gold_pairs"] >= 2 for r in rows),
             "right": sum(r["right"] for r in rows), "rows": rows}
 
@@ -93,14 +96,18 @@ def render(m: dict[str, Any]) -> str:
            f"{m['questions']} questions)", "", f"`{m['command']}`", "",
            f"{m['writer_calls']} writer calls over {m['traced']} traced questions (the rest "
            f"answered closed book). Given one reading: **{m['given_one']} of "
-           f"{m['writer_calls']}**; questions with two or more gold qa pairs: "
-           f"{m['gold_several']} of {m['writer_calls']}. Median answer {med:g} words. Calls "
+           f"{m['writer_calls']}** (one reading written at all: {m.get('one_line', '–')}; "
+           f"the rest: several readings sharing one answer); questions with two or more gold "
+           f"qa pairs: {m['gold_several']} of {m['writer_calls']}. Median answer {med:g} "
+           f"words. Calls "
            f"the writer signal rates right (>= 0.5), i.e. that `writer=signal:k` could make "
            f"demos of: **{m['right']}**.", "",
-           "| signal | right | readings given | gold pairs | STR-EM | words | refs' median "
-           "| end score | question |", "|---:|:-:|---:|---:|---:|---:|---:|---:|---|"]
+           "| signal | right | distinct readings given (lines) | gold pairs | STR-EM | words "
+           "| refs' median | end score | question |",
+           "|---:|:-:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        out.append(f"| {r['signal']:.3f} | {'yes' if r['right'] else ''} | {r['given']} | "
+        out.append(f"| {r['signal']:.3f} | {'yes' if r['right'] else ''} | "
+                   f"{r['given']} ({r.get('lines', '–')}) | "
                    f"{r['gold_pairs']} | {r['str_em']:.2f} | {r['words']} | "
                    f"{r['reference_words'] or '–'} | {r['end_score']:.3f} | "
                    f"{r['question']} |")
