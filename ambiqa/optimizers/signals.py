@@ -335,8 +335,6 @@ def collect_traces(program: dspy.Module, examples: list[Any], metric: Callable[.
     finished = _Counter(len(examples), say)
 
     def one(ex: Any) -> TraceRecord | None:
-        if budget is not None and _spent(budget):
-            return None
         with dspy.context(trace=[]):
             try:
                 pred = program(question=ex.question)
@@ -370,7 +368,11 @@ def collect_traces(program: dspy.Module, examples: list[Any], metric: Callable[.
             if record is not None:
                 records.append(record)
         return records
-    return [r for r in run_parallel(one, examples, max_workers=threads) if r is not None]
+
+    def started(ex: Any) -> TraceRecord | None:  # a spent budget starts no new example
+        return None if budget is not None and _spent(budget) else one(ex)
+
+    return [r for r in run_parallel(started, examples, max_workers=threads) if r is not None]
 
 
 def _canonical(steps: list[Step]) -> list[Step]:
