@@ -183,7 +183,9 @@ def judge_call(signature: str, inputs: dict[str, Any], outputs: dict[str, Any], 
                else "rewrite")
         return Judgement(signature, None, cls, coverage(readings, example))
     if signature in CLARIFIERS:
-        return Judgement(signature, None, "clarify", clarify_score(outputs.get("pairs"), example))
+        return Judgement(signature, None, "clarify",
+                         clarify_score(outputs.get("pairs"), example,
+                                       str(inputs.get("question", ""))))
     if signature in WRITERS:
         given = given_answers(str(inputs.get("interpretations", "")))
         return Judgement(signature, None, "write",
@@ -191,15 +193,26 @@ def judge_call(signature: str, inputs: dict[str, Any], outputs: dict[str, Any], 
     return None
 
 
-def clarify_score(pairs: Any, example: Any) -> float:
+def clarify_score(pairs: Any, example: Any, question: str = "") -> float:
     """Coverage of the gold qa pairs by the written pairs' answers, times the share of the
-    written pairs whose answers are distinct (two readings with one answer are one reading)."""
-    answers = [str(field_value(p, "answer", "") or "") for p in (pairs or [])]
-    answers = [a for a in answers if normalize_answer(a)]
-    if not answers:
+    written pairs whose answers are distinct (two readings with one answer are one reading),
+    times the share whose question adds a word to the asked ``question`` (a "reading" that
+    only restates the question specifies nothing; compile-v5 shipped a clarify demo that
+    repeated the question in all five pairs, and the 1.5B copied it)."""
+    pairs = [p for p in (pairs or []) if normalize_answer(str(field_value(p, "answer", "") or ""))]
+    if not pairs:
         return 0.0
+    answers = [str(field_value(p, "answer", "")) for p in pairs]
     distinct = len({normalize_answer(a) for a in answers}) / len(answers)
-    return coverage(answers, example) * distinct
+    specific = (sum(not restates(str(field_value(p, "question", "") or ""), question)
+                    for p in pairs) / len(pairs)) if question else 1.0
+    return coverage(answers, example) * distinct * specific
+
+
+def restates(reading: str, question: str) -> bool:
+    """True when ``reading`` adds no word to ``question`` (case, punctuation and articles
+    aside): it repeats or shortens the question rather than specifying it."""
+    return set(normalize_answer(reading).split()) <= set(normalize_answer(question).split())
 
 
 def given_answers(interpretations: str) -> list[str]:

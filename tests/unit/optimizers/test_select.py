@@ -22,7 +22,7 @@ from ambiqa.optimizers.registry import (
     register_teleprompter,
     teleprompter_names,
 )
-from ambiqa.optimizers.signals import clarify_score, given_answers, writer_score
+from ambiqa.optimizers.signals import clarify_score, given_answers, restates, writer_score
 from ambiqa.programs.vanilla_rag import VanillaRAG
 from ambiqa.retrieval.base import InMemoryRetriever
 from ambiqa.testing import ScriptedEngine, titles_as_answers
@@ -308,6 +308,18 @@ def test_clarify_signal_rewards_coverage_and_penalises_duplicates():
     assert clarify_score(both, GOLD) == 1.0
     assert clarify_score(dup, GOLD) == 0.25  # half covered x half distinct
     assert clarify_score([], GOLD) == 0.0
+
+
+def test_clarify_signal_penalises_readings_that_restate_the_question():
+    asked = "Who won the World Cup?"
+    specific = [{"question": "Who won the 2018 World Cup?", "answer": "Paris"},
+                {"question": "Who won the women's World Cup in 2019?", "answer": "Lyon"}]
+    echo = [{"question": "Who won the world cup", "answer": "Paris"},
+            {"question": "Who won the 2019 World Cup?", "answer": "Lyon"}]
+    assert clarify_score(specific, GOLD, asked) == 1.0
+    assert clarify_score(echo, GOLD, asked) == 0.5  # one of two pairs only restates
+    assert clarify_score(echo, GOLD) == 1.0  # without the asked question nothing is judged
+    assert restates("Won the World Cup?", asked) and not restates("Who won in 2018?", asked)
 
 
 def test_writer_signal_wants_every_reading_given_in_the_references_length():
