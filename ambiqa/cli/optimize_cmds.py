@@ -113,7 +113,7 @@ def _dry_run(program_name: str, train_spec: str, metric: str, reader: Any, retri
         n_val = min(n_val, n_val_limit)
     est = estimate(per_q, n_train=n_train, n_val=n_val,
                    n_predictors=len(list(program.named_predictors())), n_select=n_select,
-                   variants=variants, passes=passes, **estimate_args)
+                   variants=variants, passes=passes, program=program, **estimate_args)
     est.update(program=program_name, train=train_spec, n_train=n_train, n_val=n_val,
                n_select=n_select, n_variants=n_variants, training_passes=passes,
                note=f"estimate; the sample run itself spent "

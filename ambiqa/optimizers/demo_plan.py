@@ -43,7 +43,7 @@ ALIASES = {
     "verifier": "VerifyRetrieval", "typing": "TypeAmbiguity",
     "rewrite": "PseudoInterpretations", "rewriting": "PseudoInterpretations",
     "self_verify": "SelfVerify", "read": "InterpretFromPassage", "reader": "InterpretFromPassage",
-    "closed_book": "ClosedBookLongAnswer",
+    "closed_book": "ClosedBookLongAnswer", "clarify": "ClarifyFromPassages",
 }
 
 

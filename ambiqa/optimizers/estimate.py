@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ambiqa.optimizers.demo_plan import ALIASES, match_predictor
 from ambiqa.optimizers.registry import get_teleprompter
 from ambiqa.tracing import track
 
@@ -53,12 +54,9 @@ def sample_cost(program: Any, examples: list[Any], metric: Any = None) -> dict[s
                     pass
     calls = prog.lm_calls / n
     by_sig = prog.summary().get("by_signature") or {}
-    writer = by_sig.get("WriteLongAnswer") or {}
     return {"n_sample": len(examples), "lm_calls": calls,
-            "writer_lm_calls": writer.get("calls", 0) / n,
-            "clarify_lm_calls": (by_sig.get("ClarifyFromPassages") or {}).get("calls", 0) / n,
-            "closed_book_lm_calls": (by_sig.get("ClosedBookLongAnswer") or {}).get("calls", 0)
-            / n,
+            **{stat: (by_sig.get(sig) or {}).get("calls", 0) / n
+               for sig, stat in _DOWNSTREAM.items()},
             "input_tokens": prog.input_tokens / n, "output_tokens": prog.output_tokens / n,
             "metric_lm_calls": scoring.lm_calls / n,
             "metric_tokens": (scoring.input_tokens + scoring.output_tokens) / n,
@@ -71,13 +69,11 @@ def _program_calls(optimizer: str, n_train: int, n_val: int, num_candidates: int
     return get_teleprompter(optimizer).program_calls(n_train, n_val, num_candidates, trials)
 
 
-#: the predictors a demo plan may change without re-running anything upstream of them (the
+#: the signatures a demo plan may change without re-running anything upstream of them (the
 #: long answer's last steps) -> the per-question call count measured for each
-_DOWNSTREAM = {"writer": "writer_lm_calls", "long_answer": "writer_lm_calls",
-               "write": "writer_lm_calls", "writelonganswer": "writer_lm_calls",
-               "clarify": "clarify_lm_calls", "clarifyfrompassages": "clarify_lm_calls",
-               "closed_book": "closed_book_lm_calls",
-               "closedbooklonganswer": "closed_book_lm_calls"}
+_DOWNSTREAM = {"WriteLongAnswer": "writer_lm_calls",
+               "ClarifyFromPassages": "clarify_lm_calls",
+               "ClosedBookLongAnswer": "closed_book_lm_calls"}
 #: demo sources that run the program over the training questions to find their demos
 _LEARNED = ("signal", "bootstrap")
 
@@ -86,8 +82,19 @@ def _source_name(src: Any) -> str:
     return str(src).split(":")[0].strip().lower()
 
 
-def variant_lm_calls(per_q: dict[str, float],
-                     variants: Sequence[Mapping[str, Any]]) -> float:
+def _signature_of(key: str, program: Any = None) -> str:
+    """The signature a demo-plan ``key`` designates: matched against ``program``'s predictors
+    as the compile matches it (:func:`~ambiqa.optimizers.demo_plan.match_predictor`), or,
+    without a program, through the same role aliases (or the signature's own name)."""
+    if program is not None:
+        name = match_predictor(program, key)
+        return dict(program.named_predictors())[name].signature.__name__
+    want = str(key).strip().lower().replace("-", "_")
+    return ALIASES.get(want) or next((sig for sig in _DOWNSTREAM if sig.lower() == want), want)
+
+
+def variant_lm_calls(per_q: dict[str, float], variants: Sequence[Mapping[str, Any]],
+                     program: Any = None) -> float:
     """LM calls per validation question that the demo-plan ``variants`` add to a selection.
 
     A plan that changes only the last steps (the writer, clarify, closed book) pays their
@@ -95,11 +102,12 @@ def variant_lm_calls(per_q: dict[str, float],
     call at least (a one-question sample that went closed book measured none, and a
     writer-only plan is never free). A plan that changes any other predictor (typing, the
     verifier, ...) re-runs what follows it and is priced as the whole program (an upper
-    bound: steps before it still come from the memo)."""
+    bound: steps before it still come from the memo). Keys resolve against ``program``
+    where given (:func:`_signature_of`)."""
     full = per_q.get("lm_calls", 0.0)
     total = 0.0
     for plan in variants:
-        stats = {_DOWNSTREAM.get(str(key).strip().lower().split(".")[0]) for key in plan}
+        stats = {_DOWNSTREAM.get(_signature_of(key, program)) for key in plan}
         if None in stats:
             total += full
             continue
@@ -129,7 +137,7 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
              k: int = 2, num_candidates: int = 4, trials: int = 0, n_dev: int = 0,
              n_predictors: int = 1, tune_pools: bool = False, n_select: int = 0,
              n_variants: int = 0, variants: Sequence[Mapping[str, Any]] | None = None,
-             passes: int = 0) -> dict[str, Any]:
+             passes: int = 0, program: Any = None) -> dict[str, Any]:
     """LM calls and tokens for one compile (``optimizer``) or one tuning study (``trials``
     trials scored on ``n_val`` held-out questions, pools bootstrapped once if
     ``tune_pools``), plus scoring ``n_dev`` dev questions.
@@ -141,7 +149,8 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
     from the call memo. ``variants`` (the plans themselves, e.g. ``compile.DEFAULT_VARIANTS``)
     replaces ``n_variants``: each pays the calls of the predictors it changes
     (:func:`variant_lm_calls`). ``passes``: traced passes over the ``n_train`` training
-    questions that demo sources make (:func:`training_passes`)."""
+    questions that demo sources make (:func:`training_passes`). ``program``: the program the
+    plans' keys name predictors of (priced by the signature each key matches)."""
     c = per_q["lm_calls"]
     t_in, t_out = per_q["input_tokens"], per_q["output_tokens"]
     per_call = (t_in + t_out) / c if c else 0.0
@@ -154,7 +163,7 @@ def estimate(per_q: dict[str, float], *, optimizer: str, n_train: int, n_val: in
         with_demos += n_dev
         proposer = get_teleprompter(optimizer).proposer_calls(plain, n_predictors,
                                                               num_candidates)
-    downstream = (variant_lm_calls(per_q, variants) if variants is not None
+    downstream = (variant_lm_calls(per_q, variants, program) if variants is not None
                   else n_variants * per_q.get("writer_lm_calls", 0.0))
     selection = n_select * (2 * c + downstream)
     signal_pass = passes * n_train * c

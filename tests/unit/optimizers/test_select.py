@@ -379,6 +379,27 @@ def test_each_variant_pays_the_calls_of_the_predictors_it_changes() -> None:
     assert variant_lm_calls({"lm_calls": 4.0}, [{"writer": "signal:1"}]) == 1.0
 
 
+def test_a_variant_is_priced_by_the_predictor_its_key_matches_in_the_program() -> None:
+    from ambiqa.optimizers.estimate import variant_lm_calls
+    from ambiqa.signatures.answering import WriteLongAnswer
+    from ambiqa.signatures.disambiguation import ClarifyFromPassages
+    from ambiqa.signatures.verification import VerifyRetrieval
+
+    class Prog(dspy.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.clarify = dspy.Predict(ClarifyFromPassages)
+            self.check = dspy.Predict(VerifyRetrieval)
+            self.compose = dspy.Predict(WriteLongAnswer)
+
+    per_q = {"lm_calls": 6.0, "writer_lm_calls": 1.0, "clarify_lm_calls": 1.5}
+    # "compose" and "clarify" name downstream predictors by path, whatever the role words
+    assert variant_lm_calls(per_q, [{"compose": "none", "clarify": "none"}], Prog()) == 2.5
+    assert variant_lm_calls(per_q, [{"check": "signal:2"}], Prog()) == 6.0
+    with pytest.raises(ConfigError, match="no predictor"):
+        variant_lm_calls(per_q, [{"typing": "none"}], Prog())
+
+
 def test_signal_and_bootstrap_sources_cost_a_pass_over_the_training_questions() -> None:
     from ambiqa.optimizers.demo_plan import parse_plan
     from ambiqa.optimizers.estimate import estimate, training_passes
