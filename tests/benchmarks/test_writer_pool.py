@@ -37,3 +37,18 @@ def test_one_confident_reading_is_no_demo_and_both_readings_are():
                                "writer_calls": 2, "given_one": 1, "gold_several": 2,
                                "right": 1, "rows": rows})
     assert "Given one reading: **1 of 2**" in text and text.count("| yes |") == 1
+
+
+def test_clarify_rows_count_pairs_that_only_restate_the_question():
+    pairs = [{"question": "Who played the Weasley twins?", "answer": "James Phelps"},
+             {"question": "Who played George Weasley?", "answer": "Oliver Phelps"}]
+    step = Step("clarify", "ClarifyFromPassages", {"question": EX.question, "passages": ""},
+                {"pairs": pairs})
+    rows = writer_pool.clarify_rows([TraceRecord(EX, dspy.Prediction(answer=""), 0.4, [step])])
+    assert len(rows) == 1 and rows[0]["restating"] == 1 and rows[0]["distinct_answers"] == 2
+    assert rows[0]["signal"] == 0.5  # both gold answers covered, one of two pairs specific
+    text = writer_pool.render_clarify({"command": "c", "train": "t", "questions": 1,
+                                       "traced": 1, "clarify_calls": 1, "right": 1,
+                                       "restating_calls": 1, "rows": rows})
+    assert "only restates the asked question: **1**" in text
+    assert "Who played George Weasley? -> Oliver Phelps" in text
