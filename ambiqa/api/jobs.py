@@ -169,8 +169,7 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
         # loaded before it and said on stderr with its duration, as `ask` and `serve` do
         # (issue 42); not at all when a resume finds nothing left to ask
         if cfg.progress:
-            _warm_up(program, lambda line: print(f"ambiqa: {line}", file=sys.stderr,
-                                                 flush=True))
+            warm_up(program)
 
     summary = run_evaluation(program, examples,
                              metric_fns(list(plan.metrics), reader, expanded=True),
@@ -182,10 +181,17 @@ def run_plan(plan: EvaluatePlan) -> EvaluateResult:
     return EvaluateResult(summary, spec, plan.out, program)
 
 
-def _warm_up(program: Any, say: Any) -> None:
-    warm_up = getattr(program, "warm_up", None)
-    if callable(warm_up):
-        warm_up(say=say)
+def say_on_stderr(line: str) -> None:
+    """One ``ambiqa: ...`` progress line on stderr (stdout stays the answer's)."""
+    print(f"ambiqa: {line}", file=sys.stderr, flush=True)
+
+
+def warm_up(program: Any, say: Any = say_on_stderr) -> None:
+    """Load what the program's first question would load in silence (the encoder, a ColBERT
+    searcher), saying each with its duration (issue 42); programs without one skip it."""
+    load = getattr(program, "warm_up", None)
+    if callable(load):
+        load(say=say)
 
 
 def open_planned(plan: EvaluatePlan) -> Any:
@@ -316,7 +322,7 @@ def compile(program: Any, train: Any = None, settings: CompileSettings | None = 
     note = stand_in_note(reader, explicit=bool(cfg.reader)) if metric in NEEDS_READER else None
     if note:
         say(note)
-    _warm_up(prog, say)
+    warm_up(prog, say)
     say(f"compiling {name} with {cfg.optimizer} on {spec or 'the given examples'} "
         f"({len(trainset)} usable examples), metric {metric}")
     if cfg.optimizer == "bootstrap" and cfg.threshold is None:

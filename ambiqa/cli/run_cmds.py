@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -25,16 +24,13 @@ from ambiqa.fsutil import atomic_write_text
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    from ambiqa.api.jobs import warm_up
     from ambiqa.programs.base import check_question
 
     check_question(args.question)
     program = program_or_artifact(args, args.artifact or args.program)
     lm_from_args(args)
-    # what the question would load in silence (encoder, ColBERT searcher): said, with its
-    # duration, on stderr (issue 42)
-    warm_up = getattr(program, "warm_up", None)
-    if callable(warm_up):
-        warm_up(say=lambda line: print(f"ambiqa: {line}", file=sys.stderr, flush=True))
+    warm_up(program)
     try:
         pred = program(question=args.question)
     except Exception as exc:
