@@ -389,21 +389,21 @@ def collect_traces(program: dspy.Module, examples: list[Any], metric: Callable[.
 
 
 def _canonical(steps: list[Step]) -> list[Step]:
-    """``steps`` with each run of consecutive calls to one predictor in a fixed order.
+    """``steps`` with each predictor's calls in a fixed order (by their inputs).
 
     Diva and ToC ask their verifier about a question's readings at once, so those calls
-    reach the trace in whatever order they finish; the demos chosen from a trace must not
-    depend on that (the same pass twice gave two verifier demo sets). Pipeline order between
-    different predictors is kept."""
-    out: list[Step] = []
-    run: list[Step] = []
-    for step in [*steps, None]:
-        if run and (step is None or step.predictor != run[0].predictor):
-            out.extend(sorted(run, key=lambda s: repr(sorted(s.inputs.items(), key=str))))
-            run = []
-        if step is not None:
-            run.append(step)
-    return out
+    reach the trace in whatever order they finish, interleaved with any other predictor
+    called concurrently; the demos chosen from a trace must not depend on that (the same
+    pass twice gave two verifier demo sets). Each predictor's calls are sorted and put back
+    into the positions its calls held, so the pattern of predictors is kept."""
+    def key(s: Step) -> str:
+        return repr(sorted(s.inputs.items(), key=str))
+
+    by_predictor: dict[str, list[Step]] = {}
+    for step in steps:
+        by_predictor.setdefault(step.predictor, []).append(step)
+    queues = {name: iter(sorted(calls, key=key)) for name, calls in by_predictor.items()}
+    return [next(queues[step.predictor]) for step in steps]
 
 
 class _Counter:

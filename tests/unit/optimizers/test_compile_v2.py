@@ -176,6 +176,21 @@ def test_signal_pass_answers_training_questions_at_once_with_the_same_records(us
     assert demos[0] == demos[1] and demos[0]["verify"]
 
 
+def test_a_trace_orders_each_predictors_calls_however_they_interleave():
+    """Two predictors called at once interleave in finishing order; each one's calls come out
+    in one order, in the positions that predictor's calls held."""
+    from ambiqa.optimizers.signals import Step, _canonical
+
+    def step(name: str, x: str) -> Step:
+        return Step(name, name.upper(), {"q": x}, {"a": x})
+
+    one = [step("verify", "b"), step("read", "y"), step("verify", "a"), step("read", "x")]
+    two = [step("verify", "a"), step("read", "x"), step("verify", "b"), step("read", "y")]
+    assert _canonical(one) == _canonical(two)
+    assert [(s.predictor, s.inputs["q"]) for s in _canonical(one)] == [
+        ("verify", "a"), ("read", "x"), ("verify", "b"), ("read", "y")]
+
+
 def test_accuracy_from_stored_rows_per_predictor():
     rows = [{"id": "1", "prediction": {
         "passages": [{"id": "p1", "text": "a 1933 film"}], "path": "rag", "verdict": "Useful",
