@@ -12,9 +12,15 @@ ART=${1:?artifact to evaluate}
 NAME=${2:?run name under $R/runs}
 N=${3:-60}
 log() { echo "$(date -u +%FT%TZ) $*" >> "$R/progress.log"; }
+# rows without an error in a run: a chunk the run already holds is skipped, so a resume does
+# not rewrite the run's summary with a narrower --data while the loop catches up
+answered() { [ -f "$1/results.jsonl" ] && python3 -c 'import json,sys
+print(sum(1 for l in open(sys.argv[1]) if l.strip() and not json.loads(l).get("error")))' \
+  "$1/results.jsonl" || echo 0; }
 for ((n = 5; n <= N; n += 5)); do
   for arm in diva-zeroshot "$NAME"; do
     if [ "$arm" = diva-zeroshot ]; then target=diva; out=$ZERO; else target=$ART; out=$R/runs/$NAME; fi
+    if [ "$(answered "$out")" -ge "$n" ]; then continue; fi
     log "eval $arm n=$n start"
     nice ambiqa evaluate "$target" --data "asqa:dev:$n" --index wiki-dense \
       --metrics str-em,rouge-l --threads 2 --out "$out" --resume --retry-errors \
