@@ -38,3 +38,20 @@ def test_counts_readings_on_paired_questions_and_those_that_restate(tmp_path, ca
     assert "| 1 | 2.00 | 0 | 0 of 2 |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no results.jsonl"):
         readings.main([str(tmp_path / "none")])
+
+
+def test_gold_coverage_counts_readings_whose_answer_is_a_gold_one(tmp_path):
+    import dspy
+
+    ex = dspy.Example(id="1", question="Who won the cup?",
+                      qa_pairs=[{"question": "2018?", "short_answers": ["France"]},
+                                {"question": "2014?", "short_answers": ["Germany"]}])
+    row = {"id": "1", "question": "Who won the cup?", "prediction": {"interpretations": [
+        {"question": "Who won the 2018 cup?", "answer": "France"},
+        {"question": "Who won the 2014 cup?", "answer": "Brazil"}]}}
+    run = _run(tmp_path, "a", [row])
+    table = readings.measure([run], {"1": ex})
+    assert table[0]["gold_covered"] == 0.5
+    assert "| 0.500 |" in readings.render(table, "c")
+    with pytest.raises(SystemExit, match="not in --data"):
+        readings.measure([run], {})
