@@ -24,27 +24,14 @@ from ambiqa.fsutil import atomic_write_text
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from ambiqa.api.jobs import warm_up
-    from ambiqa.programs.base import check_question
+    from ambiqa.api.asking import ask, check_question, prediction_json
 
-    check_question(args.question)
+    check_question(args.question)  # before anything slow loads
     program = program_or_artifact(args, args.artifact or args.program)
     lm_from_args(args)
-    warm_up(program)
-    try:
-        pred = program(question=args.question)
-    except Exception as exc:
-        from ambiqa.lm.failures import lm_failure_in, lm_unavailable
-
-        cause = lm_failure_in(exc)
-        if cause is None:
-            raise
-        # no answer, not an empty one: one line and a non-zero exit (issue 33)
-        raise lm_unavailable(args.program or args.artifact or "ask", cause) from exc
+    pred = ask(program, args.question, label=args.program or args.artifact or "ask")
     if args.json:
-        from ambiqa.evaluation.runs.runner import prediction_dict
-
-        print(json.dumps({**prediction_dict(pred), "trace": pred.trace}, indent=2))
+        print(json.dumps(prediction_json(pred), indent=2))
     else:
         print_prediction(pred, make_console())
     return 0
