@@ -6,8 +6,10 @@ manifest, each candidate's mean objective, LM calls, memo hits, seconds and pair
 against zero-shot (``optimizer.selection``), and beside the artifact, in
 ``A.selection.jsonl``, each candidate's answer to each validation question. This script
 reads both -- no LM call -- and adds what the objective folds together: STR-EM and ROUGE-L
-separately (the objective ``str-rouge`` is their mean), and the answers' median length in
-words against the references' (ASQA's long answers).
+separately (the objective ``str-rouge`` is their mean), the answers' median length in
+words against the references' (ASQA's long answers), and -- for selections that keep each
+answer's readings -- the readings per question and the share of gold qa pairs a reading
+answers (:func:`ambiqa.optimizers.signals.coverage`), which the objective does not see.
 
     python -m benchmarks.compile_choice benchmarks/results/compile-v5/diva-labeled-choice.json \\
         --data asqa:train:36 --out benchmarks/results/compile-v5/candidates.md
@@ -33,6 +35,7 @@ from ambiqa.evaluation.registry import get_metric
 from ambiqa.evaluation.stats import paired_interval
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
 from ambiqa.optimizers.artifact import read_artifact
+from ambiqa.optimizers.signals import coverage
 from benchmarks.compile_targets import judge, words
 
 
@@ -57,13 +60,17 @@ def measure(artifact: Path, data: str) -> dict[str, Any]:
     str_em, rouge = get_metric("str-em"), get_metric("rouge-l")
     per: dict[str, dict[str, list[float]]] = {}
     for label, rows in answers.items():
-        got = {"str-em": [], "rouge-l": [], "words": []}
+        got = {"str-em": [], "rouge-l": [], "words": [], "readings": [], "covered": []}
         for r in rows:
             ex = examples[str(r["id"])]
             pred = {"answer": r["answer"] or ""}
             got["str-em"].append(str_em(ex, pred) if r["answer"] is not None else 0.0)
             got["rouge-l"].append(rouge(ex, pred) if r["answer"] is not None else 0.0)
             got["words"].append(words(r["answer"]))
+            if "interpretations" in r or r["answer"] is None:  # rows since readings are kept
+                readings = r.get("interpretations") or []
+                got["readings"].append(len(readings))
+                got["covered"].append(coverage(readings, ex))
         per[label] = got
     ref_words = statistics.median(
         statistics.median(words(t) for t in examples[str(r["id"])].long_answers)
@@ -80,6 +87,9 @@ def measure(artifact: Path, data: str) -> dict[str, Any]:
             row["str_em"] = statistics.fmean(own["str-em"])
             row["rouge_l"] = statistics.fmean(own["rouge-l"])
             row["median_words"] = statistics.median(own["words"])
+            if len(own["readings"]) == len(own["words"]):
+                row["readings"] = statistics.fmean(own["readings"])
+                row["gold_covered"] = statistics.fmean(own["covered"])
             if label != "zero-shot":
                 row["str_em_vs_zero_shot"] = _interval(own["str-em"], zero["str-em"])
                 row["rouge_l_vs_zero_shot"] = _interval(own["rouge-l"], zero["rouge-l"])
@@ -102,6 +112,13 @@ def _decides(lo: float, hi: float, n: int) -> str:
     return {"met": "above 0", "missed": "at or below 0"}.get(verdict, verdict)
 
 
+def _readings(c: dict[str, Any]) -> str:
+    """``2.58 (0.392)``; ``–`` for selections stored before the readings were kept."""
+    if c.get("readings") is None:
+        return "–"
+    return f"{c['readings']:.2f} ({c['gold_covered']:.3f})"
+
+
 def render(m: dict[str, Any], command: str) -> str:
     n = m["n_val"]
     lines = [f"Candidates scored on {n} training questions held out before the teleprompter "
@@ -111,13 +128,13 @@ def render(m: dict[str, Any], command: str) -> str:
              f"| candidate | {m['metric']} | Δ vs zero-shot [95%] | STR-EM | Δ STR-EM [95%] | "
              "ROUGE-L | Δ ROUGE-L [95%] | median words (refs "
              f"{m['reference_median_words']:g}) | LM calls (from the response cache) | "
-             "from memo | seconds |",
-             "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|"]
+             "from memo | seconds | readings / q (gold pairs a reading answers) |",
+             "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|"]
     for c in m["candidates"]:
         label = f"**{c['label']}**" if c["label"] == m["shipped"] else c["label"]
         if c.get("same_as"):
             lines.append(f"| {label} | {c['mean']:.3f} | (the same program as "
-                         f"{c['same_as']}) | | | | | | 0 | | 0 |")
+                         f"{c['same_as']}) | | | | | | 0 | | 0 | |")
             continue
 
         def pair(key: str, c: dict[str, Any] = c) -> str:
@@ -136,7 +153,7 @@ def render(m: dict[str, Any], command: str) -> str:
             f"{c.get('str_em', float('nan')):.3f} | {pair('str_em_vs_zero_shot')} | "
             f"{c.get('rouge_l', float('nan')):.3f} | {pair('rouge_l_vs_zero_shot')} | "
             f"{c.get('median_words', float('nan')):g} | {c['lm_calls']}{cached} | "
-            f"{c.get('memo_hits') or 0} | {c['seconds']:.0f} |")
+            f"{c.get('memo_hits') or 0} | {c['seconds']:.0f} | {_readings(c)} |")
     return "\n".join(lines) + "\n"
 
 

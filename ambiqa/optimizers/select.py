@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambiqa.errors import ConfigError
-from ambiqa.evaluation.registry import prediction_answer
+from ambiqa.evaluation.registry import interpretations_of, prediction_answer
 from ambiqa.parallel import run_parallel
 from ambiqa.tracing import record_event, track
 
@@ -151,8 +151,13 @@ def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallM
         except (TypeError, ValueError):
             value = 0.0
         value = 0.0 if math.isnan(value) else value
+        # the readings too: two candidates level on the objective may differ in what
+        # clarify wrote (compile-v5), and the answer alone does not show it
+        readings = [{"question": r["question"], "answer": r["answer"]}
+                    for r in interpretations_of(pred)]
         return value, {"id": qid, "question": ex.question,
-                       "answer": prediction_answer(pred), "score": value}, False
+                       "answer": prediction_answer(pred), "score": value,
+                       "interpretations": readings}, False
 
     # questions in flight at once: an LM with two slots (the embedded one) answers two
     # questions' calls side by side; each worker carries the trace (ambiqa.parallel)

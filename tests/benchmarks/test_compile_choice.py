@@ -34,8 +34,16 @@ def test_the_table_splits_the_objective_and_marks_what_shipped(use_lm, tmp_path)
     assert rows["input"]["same_as"] == "zero-shot"
     scored = [c for c in m["candidates"] if not c.get("same_as") and c["label"] != "zero-shot"]
     assert scored and all(len(c["str_em_vs_zero_shot"]) == 2 for c in scored)
+    # each candidate's readings are kept beside its answers, and read back per candidate
+    side = [json.loads(line) for line in out.with_name("rag.selection.jsonl").read_text()
+            .splitlines()]
+    assert all(isinstance(r["interpretations"], list) for r in side)
+    assert zero["readings"] == sum(len(r["interpretations"]) for r in side
+                                   if r["candidate"] == "zero-shot") / 3
+    assert 0.0 <= zero["gold_covered"] <= 1.0
     text = compile_choice.render(m, "python -m benchmarks.compile_choice x")
     assert f"**{m['shipped']}**" in text and "(the same program as zero-shot)" in text
     assert "undecided at n = 3" in text or "above 0" in text or "at or below 0" in text
+    assert f"| {zero['readings']:.2f} ({zero['gold_covered']:.3f}) |" in text
     compile_choice.main([str(out), "--data", "demo:train", "--out", str(tmp_path / "c.md")])
     assert json.loads((tmp_path / "c.json").read_text())["shipped"] == m["shipped"]
