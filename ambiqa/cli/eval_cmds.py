@@ -81,7 +81,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     console.print(f"  {cost_line(summary)}")
     cached = summary.get("cached") or {}
     if cached.get("examples"):
-        from ambiqa.evaluation.reports.report import cached_line
+        from ambiqa.api.reports import cached_line
 
         console.print(f"  {cached_line(cached, summary['n'])}")
     console.print(f"  report: {Path(args.out) / 'report.md'}")
@@ -119,12 +119,9 @@ def cost_line(summary: dict[str, Any]) -> str:
 
 
 def _first_error(out: str) -> str:
-    from ambiqa.evaluation.runs.run_dir import ResultsFile
+    from ambiqa.api.reports import first_error
 
-    for row in ResultsFile(Path(out) / "results.jsonl").read():
-        if row.get("error"):
-            return str(row["error"]).splitlines()[0][:200]
-    return "unknown"
+    return first_error(out)
 
 
 def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
@@ -132,7 +129,7 @@ def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
     the examples that did not fail, labelled."""
     from rich.markup import escape
 
-    from ambiqa.evaluation.stats import fmt_interval
+    from ambiqa.api.reports import fmt_interval
 
     for name, m in summary["metrics"].items():
         mean = m["mean"]
@@ -144,11 +141,10 @@ def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ambiqa.evaluation.reports.report import write_run_report
+    from ambiqa.api.reports import report
 
     out = Path(args.out) if args.out else Path(args.run_dir)
-    summary = write_run_report(Path(args.run_dir), plots=not args.no_plots,
-                               out_dir=args.out or None)
+    summary = report(args.run_dir, plots=not args.no_plots, out=args.out or None)
     console = make_console()
     console.print(f"{out / 'report.md'} (and report.html): n={summary['n']}, "
                   f"errors={summary['n_errors']}")
@@ -157,13 +153,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ambiqa.evaluation.reports.compare import compare_runs, write_comparison
+    from ambiqa.api.reports import compare
 
     metrics = _metric_names(args.metrics) if args.metrics else None
-    result = compare_runs(args.runs, metrics=metrics, baseline=args.baseline,
-                          allow_reader_mismatch=args.allow_reader_mismatch)
-    path = write_comparison(result, Path(args.out), quality_metric=args.metric,
-                            cost=args.cost)
+    path = compare(args.runs, args.out, metrics=metrics, baseline=args.baseline,
+                   quality_metric=args.metric, cost=args.cost,
+                   allow_reader_mismatch=args.allow_reader_mismatch)
     console = make_console()
     console.print(path.read_text(encoding="utf-8"), markup=False)
     console.print(f"HTML: {path.with_suffix('.html')}", markup=False)
