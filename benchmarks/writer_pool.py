@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,30 +37,36 @@ WRITER = "WriteLongAnswer"
 CLARIFY = "ClarifyFromPassages"
 
 
-def pool_rows(records: list[Any]) -> list[dict[str, Any]]:
-    """One row per writer call of the traced ``records``
-    (:class:`~ambiqa.optimizers.signals.TraceRecord`), best writer signal first."""
-    from ambiqa.evaluation.metrics import str_em
-    from ambiqa.optimizers.signals import given_answers, judge_call, reference_words
+def _judged_calls(records: list[Any], signature: str) -> Iterator[tuple[Any, Any, Any]]:
+    """(record, step, the signal's judgement) for each call of ``signature`` in the traced
+    ``records`` (:class:`~ambiqa.optimizers.signals.TraceRecord`)."""
+    from ambiqa.optimizers.signals import judge_call
 
-    rows = []
     for rec in records:
         for step in rec.steps:
-            if step.signature != WRITER:
-                continue
-            answer = str(step.outputs.get("long_answer", ""))
-            judged = judge_call(step.signature, step.inputs, step.outputs, rec.example,
-                                rec.prediction)
-            given = str(step.inputs.get("interpretations", ""))
-            rows.append({"question": rec.example.question,
-                         "lines": sum(" -> " in line for line in given.splitlines()),
-                         "given": len(given_answers(given)),
-                         "gold_pairs": len(rec.example.qa_pairs),
-                         "str_em": round(str_em(answer, rec.example.qa_pairs), 3),
-                         "words": len(answer.split()),
-                         "reference_words": reference_words(rec.example),
-                         "signal": round(judged.score, 3), "right": judged.correct,
-                         "end_score": round(rec.score, 3)})
+            if step.signature == signature:
+                yield rec, step, judge_call(step.signature, step.inputs, step.outputs,
+                                            rec.example, rec.prediction)
+
+
+def pool_rows(records: list[Any]) -> list[dict[str, Any]]:
+    """One row per writer call of the traced ``records``, best writer signal first."""
+    from ambiqa.evaluation.metrics import str_em
+    from ambiqa.optimizers.signals import given_answers, reference_words
+
+    rows = []
+    for rec, step, judged in _judged_calls(records, WRITER):
+        answer = str(step.outputs.get("long_answer", ""))
+        given = str(step.inputs.get("interpretations", ""))
+        rows.append({"question": rec.example.question,
+                     "lines": sum(" -> " in line for line in given.splitlines()),
+                     "given": len(given_answers(given)),
+                     "gold_pairs": len(rec.example.qa_pairs),
+                     "str_em": round(str_em(answer, rec.example.qa_pairs), 3),
+                     "words": len(answer.split()),
+                     "reference_words": reference_words(rec.example),
+                     "signal": round(judged.score, 3), "right": judged.correct,
+                     "end_score": round(rec.score, 3)})
     rows.sort(key=lambda r: -r["signal"])
     return rows
 
@@ -68,27 +75,22 @@ def clarify_rows(records: list[Any]) -> list[dict[str, Any]]:
     """One row per clarify call of the traced ``records``, best clarify signal first: the
     pairs written, how many share an answer, how many only restate the asked question."""
     from ambiqa.evaluation.metrics import field_value, normalize_answer
-    from ambiqa.optimizers.signals import judge_call, restates
+    from ambiqa.optimizers.signals import restates
 
     rows = []
-    for rec in records:
-        for step in rec.steps:
-            if step.signature != CLARIFY:
-                continue
-            asked = str(step.inputs.get("question", ""))
-            pairs = [(str(field_value(p, "question", "") or ""),
-                      str(field_value(p, "answer", "") or ""))
-                     for p in step.outputs.get("pairs") or []]
-            judged = judge_call(step.signature, step.inputs, step.outputs, rec.example,
-                                rec.prediction)
-            rows.append({"question": asked, "pairs": len(pairs),
-                         "distinct_answers": len({normalize_answer(a) for _, a in pairs
-                                                  if normalize_answer(a)}),
-                         "restating": sum(restates(q, asked) for q, _ in pairs),
-                         "gold_pairs": len(rec.example.qa_pairs),
-                         "signal": round(judged.score, 3), "right": judged.correct,
-                         "written": [f"{q} -> {a}" for q, a in pairs],
-                         "end_score": round(rec.score, 3)})
+    for rec, step, judged in _judged_calls(records, CLARIFY):
+        asked = str(step.inputs.get("question", ""))
+        pairs = [(str(field_value(p, "question", "") or ""),
+                  str(field_value(p, "answer", "") or ""))
+                 for p in step.outputs.get("pairs") or []]
+        rows.append({"question": asked, "pairs": len(pairs),
+                     "distinct_answers": len({normalize_answer(a) for _, a in pairs
+                                              if normalize_answer(a)}),
+                     "restating": sum(restates(q, asked) for q, _ in pairs),
+                     "gold_pairs": len(rec.example.qa_pairs),
+                     "signal": round(judged.score, 3), "right": judged.correct,
+                     "written": [f"{q} -> {a}" for q, a in pairs],
+                     "end_score": round(rec.score, 3)})
     rows.sort(key=lambda r: -r["signal"])
     return rows
 
