@@ -68,3 +68,11 @@ def test_met_and_missed_only_when_the_interval_decides() -> None:
 def test_a_missing_run_is_a_one_line_error(tmp_path: Path, capsys) -> None:
     assert sb.main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 2
     assert "no results.jsonl in" in capsys.readouterr().err
+
+
+def test_a_long_answer_repeating_itself_to_the_cap_is_counted_as_a_loop() -> None:
+    from benchmarks.signature_budget import loops
+
+    assert loops("The long answer is: " * 6)
+    assert not loops("Italy won the 2006 World Cup in Germany, beating France on penalties.")
+    assert not loops("")
