@@ -11,6 +11,8 @@
 ``load(path, ...)``                 an artifact or a program's own ``.save()`` JSON
                                     (every file target loads through :mod:`.loader`)
 ``resolve(target, ...)``            program name / artifact / saved JSON → program
+``asking.ask(program, question)``   one question, as ``ambiqa ask`` asks it
+``reports.report(run_dir)``         re-render a finished run (``reports.compare`` too)
 ==================================  ===================================================
 
 Each verb takes its settings dataclass (``IndexSettings``, ``EvaluateSettings``,
