@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from benchmarks.compile_targets import wilson  # one Wilson interval for every benchmark
+from benchmarks.error_analysis import repeats_a_sentence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -140,18 +140,6 @@ def table_run(rows: list[dict[str, Any]], program: str) -> list[dict[str, Any]]:
     return out
 
 
-#: a long answer "loops" when one run of this many words recurs at least LOOP_TIMES times
-LOOP_WORDS, LOOP_TIMES = 4, 5
-
-
-def loops(answer: str) -> bool:
-    """Whether ``answer`` is caught in a repetition loop ("The long answer is: The long
-    answer is: ..."): decoding that ran to the cap saying nothing new."""
-    words = str(answer or "").split()
-    runs = Counter(tuple(words[i:i + LOOP_WORDS]) for i in range(len(words) - LOOP_WORDS + 1))
-    return bool(runs) and max(runs.values()) >= LOOP_TIMES
-
-
 def render(report: dict[str, Any]) -> str:
     lines = ["# Per-signature parse, truncation and reply length (stored rows)", "",
              f"`{COMMAND}` -- no LM call. First-try parse: share of first-try calls whose reply "
@@ -177,9 +165,9 @@ def render(report: dict[str, Any]) -> str:
                          f"{trunc} | {e['truncation_target']} | {e['output_p50']:.0f} / "
                          f"{e['output_p90']:.0f} / {longest} | {e['cap'] or '–'} |")
         if run.get("looping") is not None:
-            lines += ["", f"Long answers caught in a repetition loop (a {LOOP_WORDS}-word run "
-                          f"said {LOOP_TIMES} times or more): {run['looping']} of "
-                          f"{run['questions']}."]
+            lines += ["", f"Long answers caught in a repetition loop (one sentence of 3+ words "
+                          f"said twice, `error_analysis.repeats_a_sentence`): {run['looping']} "
+                          f"of {run['questions']}."]
         lines.append("")
     return "\n".join(lines)
 
@@ -192,8 +180,8 @@ def build(runs: list[Path]) -> dict[str, Any]:
         out.append({"run": str(run.relative_to(RESULTS)) if run.is_relative_to(RESULTS)
                     else str(run), "program": program, "questions": len(rows),
                     "signatures": table_run(rows, program),
-                    "looping": sum(loops((r.get("prediction") or {}).get("answer", ""))
-                                   for r in rows)})
+                    "looping": sum(repeats_a_sentence(
+                        str((r.get("prediction") or {}).get("answer") or "")) for r in rows)})
     return {"command": COMMAND, "runs": out}
 
 

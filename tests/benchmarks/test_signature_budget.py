@@ -70,9 +70,14 @@ def test_a_missing_run_is_a_one_line_error(tmp_path: Path, capsys) -> None:
     assert "no results.jsonl in" in capsys.readouterr().err
 
 
-def test_a_long_answer_repeating_itself_to_the_cap_is_counted_as_a_loop() -> None:
-    from benchmarks.signature_budget import loops
 
-    assert loops("The long answer is: " * 6)
-    assert not loops("Italy won the 2006 World Cup in Germany, beating France on penalties.")
-    assert not loops("")
+def test_long_answers_that_loop_are_counted_per_run(tmp_path: Path) -> None:
+    from benchmarks.signature_budget import build
+
+    run = tmp_path / "r"
+    run.mkdir()
+    rows = [{"id": "1", "prediction": {"answer": "The long answer is: " * 6}, "cost": {}},
+            {"id": "2", "prediction": {"answer": "Italy won in 2006. France lost."}, "cost": {}}]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "run.json").write_text(json.dumps({"program": "diva"}))
+    assert build([run])["runs"][0]["looping"] == 1
