@@ -89,8 +89,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         # nothing was answered (a dead endpoint, say): not a result, whatever the means say
         import sys
 
+        from ambiqa.api.reports import first_error
+
         print(f"ambiqa: error: every one of the {summary['n']} examples failed (first: "
-              f"{_first_error(args.out)}); fix the cause and rerun with --resume "
+              f"{first_error(args.out)}); fix the cause and rerun with --resume "
               "--retry-errors", file=sys.stderr)
         return 1
     return 0
@@ -116,12 +118,6 @@ def cost_line(summary: dict[str, Any]) -> str:
             f"{mean('retriever_calls'):.1f} retriever calls; tokens {computed:,.0f} computed "
             f"+ {max(prompt - computed, 0.0):,.0f} cached prompt, "
             f"{mean('output_tokens'):,.0f} output; {mean('wall_s'):.1f} s")
-
-
-def _first_error(out: str) -> str:
-    from ambiqa.api.reports import first_error
-
-    return first_error(out)
 
 
 def _print_metrics(console: Any, summary: dict[str, Any]) -> None:
