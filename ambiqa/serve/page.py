@@ -235,6 +235,7 @@ async function describe() {
     $("program").textContent = d.program + " (optimizer " + opt + ", " + idx + ", LM " +
                                d.lm + ")";
   } catch (e) { $("program").textContent = "program description unavailable"; }
+  finally { document.body.dataset.described = "yes"; }  // tests wait on it, as on state
 }
 $("ask").addEventListener("submit", (ev) => {
   ev.preventDefault();

@@ -71,8 +71,11 @@ class _Dom(HTMLParser):
                     seen_cls.add(cls)
 
 
-#: what the page shows when it is done with a question (``body[data-state]``)
-PAGE_DONE = "document.body.dataset.state"
+#: what the page shows when it is done with a question: the answer settled
+#: (``body[data-state]``) and the program description arrived (``body[data-described]``).
+#: The two fetches race, so waiting on the answer alone once read "loading the program
+#: description" in CI.
+PAGE_DONE = "document.body.dataset.state && document.body.dataset.described"
 
 
 class _Cdp:
