@@ -143,6 +143,13 @@ class CostTrace:
         return sum(1 for r in self.records if r.kind == "budget")
 
     @property
+    def loops_cut(self) -> int:
+        """Replies cut at a repetition loop: stopped live by the engine (finish reason
+        ``loop``) or cut when parsed (a reply stored before the guard, or an endpoint's)."""
+        return sum(1 for r in self.records if r.kind == "loop" or (
+            r.kind == "lm" and r.finish_reason == "loop"))
+
+    @property
     def retriever_calls(self) -> int:
         return sum(1 for r in self.records if r.kind == "retrieval")
 
@@ -219,6 +226,7 @@ class CostTrace:
             "truncated_calls": self.truncated_calls,
             "format_retries": self.format_retries,
             "passages_cut": self.passages_cut,
+            "loops_cut": self.loops_cut,
             "lm_errors": self.lm_errors,
             "lm_latency_s": round(self.lm_latency_s, 3),
             "encoder_s": round(self.compute_s, 3),
@@ -318,6 +326,14 @@ def record_budget_cut(module: str, detail: str) -> None:
     now = time.perf_counter()
     _emit(CallRecord(kind="budget", module=module or current_module() or "passages",
                      detail=detail, start=now, end=now))
+
+
+def record_loop_cut(module: str) -> None:
+    """Record that a reply stuck in a repetition loop was cut to its first copy when parsed
+    (:mod:`ambiqa.lm.loop_guard`; a reply the engine stopped live carries finish reason
+    ``loop`` instead)."""
+    now = time.perf_counter()
+    _emit(CallRecord(kind="loop", module=module, start=now, end=now))
 
 
 def record_lm_call(record: CallRecord) -> None:

@@ -1,4 +1,5 @@
-"""DSPy's ChatAdapter, reading a list field that the LM wrote as a Markdown list.
+"""DSPy's ChatAdapter, reading a list field that the LM wrote as a Markdown list, and cutting a
+reply stuck in a repetition loop to its first copy (:mod:`ambiqa.lm.loop_guard`).
 
 Why: a ``list[str]`` output field (Diva's pseudo-interpretations, for one) is parsed by DSPy as
 JSON or a Python literal. The 1.5B often writes it the way people write lists instead::
@@ -30,6 +31,9 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
+
+from ambiqa.lm.loop_guard import cut_loop, guard_enabled
+from ambiqa.tracing import record_loop_cut
 
 _HEADER = re.compile(r"\[\[ ## (\w+) ## \]\]")
 _ITEM = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+(.*\S)\s*$")
@@ -76,6 +80,11 @@ class ListTolerantChatAdapter(dspy.ChatAdapter):
     """ChatAdapter that also reads a list field written as a Markdown list (see module)."""
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
+        if guard_enabled():  # a reply stuck in a loop keeps one copy (ambiqa.lm.loop_guard)
+            cut = cut_loop(completion)
+            if cut is not None:
+                record_loop_cut(signature.__name__)
+                completion = cut
         try:
             return _chat_parse(self, signature, completion)
         except AdapterParseError:

@@ -22,7 +22,9 @@ from typing import Any
 
 from ambiqa.envutil import env_int
 from ambiqa.errors import ConfigError
+from ambiqa.lm.loop_guard import LoopWatch, cut_loop, guard_enabled
 from ambiqa.lm.models import DEFAULT_MODEL, EMBEDDED_MODELS
+from ambiqa.lm.resilience import LOOP_CUT_KEY
 from ambiqa.tracing import note_finish_reason
 
 #: Prompt tokens the host prompt cache should hold: a Diva question's five distinct prompts
@@ -58,6 +60,8 @@ class EmbeddedSettings:
       from the model's KV bytes per token (:func:`prompt_cache_mib`).
     * ``output_caps`` / ``stop_at_marker``: per-signature output caps and the ChatAdapter end
       marker as a stop sequence (:mod:`ambiqa.signatures.common`).
+    * ``loop_guard``: stop a reply at the third copy of a repeating sentence and keep one
+      (:mod:`ambiqa.lm.loop_guard`; ``$AMBIQA_LOOP_GUARD=0`` turns it off).
     """
 
     model: str = DEFAULT_MODEL
@@ -68,6 +72,7 @@ class EmbeddedSettings:
     n_parallel: int = field(default_factory=_env_slots)
     output_caps: bool = True
     stop_at_marker: bool = True
+    loop_guard: bool = field(default_factory=guard_enabled)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,7 +86,7 @@ class EmbeddedSettings:
         """The settings before issue 13: one slot behind a lock, a 256 MiB prompt cache, no
         output caps, no stop sequence. Kept so a benchmark measures old and new in one run."""
         base: dict[str, Any] = {"n_parallel": 1, "cache_ram_mib": 256, "output_caps": False,
-                                "stop_at_marker": False}
+                                "stop_at_marker": False, "loop_guard": False}
         return cls(**{**base, **overrides})
 
 
@@ -223,8 +228,11 @@ class XLlamaEngine:
 
         body = self._body(request)
         server, gate = self._server_and_gate(body)
-        with gate, self._slots:
-            raw = server.handle_chat_completions(body)
+        if self.settings.loop_guard:
+            raw = self._guarded(server, gate, body)
+        else:
+            with gate, self._slots:
+                raw = server.handle_chat_completions(body)
         if not isinstance(raw, dict) or "choices" not in raw:
             raise RuntimeError(f"embedded LM returned an error: {str(raw)[:300]}")
         choice = raw["choices"][0]
@@ -233,17 +241,66 @@ class XLlamaEngine:
         if finish not in ("stop", "length", "tool_call", "content_filter", "error"):
             finish = "stop"
         usage = raw.get("usage") or {}
-        note_finish_reason(finish)
+        note_finish_reason("loop" if raw.get("loop_cut") else finish)
         prompt_tokens, computed = computed_prompt_tokens(raw)
         return Response(
             id=raw.get("id") or None,
             model=f"embedded/{self.settings.model}",
             message=Message.assistant(TextPart(text)),
             finish_reason=finish,
+            provider_data={LOOP_CUT_KEY: True} if raw.get("loop_cut") else None,
             usage=Usage(input_tokens=prompt_tokens,
                         output_tokens=int(usage.get("completion_tokens", 0)),
                         cache_read_tokens=prompt_tokens - computed),
         )
+
+    def _guarded(self, server: Any, gate: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """One reply generated as a stream and watched for a repetition loop
+        (:mod:`ambiqa.lm.loop_guard`): at the loop's third copy llama.cpp is told to stop and
+        the reply keeps the first copy. Returned in the shape of a non-streamed reply, with
+        ``"loop_cut": True`` when it was cut. A stopped stream sends no usage chunk, so the
+        token counts come from the per-token timings (``prompt_n``, ``cache_n``,
+        ``predicted_n``) of the last chunk."""
+        watch = LoopWatch()
+        state: dict[str, Any] = {"finish": None, "usage": {}, "timings": {}, "id": None,
+                                 "error": None}
+
+        def on_chunk(chunk: Any) -> bool:
+            if not isinstance(chunk, dict) or ("choices" not in chunk and (
+                    "error" in chunk or "message" in chunk or "code" in chunk)):
+                state["error"] = chunk
+                return True
+            state["id"] = chunk.get("id") or state["id"]
+            state["usage"] = chunk.get("usage") or state["usage"]
+            state["timings"] = chunk.get("timings") or state["timings"]
+            for choice in chunk.get("choices") or []:
+                state["finish"] = choice.get("finish_reason") or state["finish"]
+                piece = (choice.get("delta") or {}).get("content")
+                if piece and watch.feed(piece):
+                    return True  # llama.cpp stops generating
+            return False
+
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True},
+                    "timings_per_token": True}
+        with gate, self._slots:
+            server.handle_chat_completions(streamed, on_chunk)
+        if state["error"] is not None:
+            return state["error"] if isinstance(state["error"], dict) else {
+                "error": str(state["error"])}
+        # watched: cut at the third copy; else a loop whose last copy ended the reply
+        kept = watch.cut if watch.cut is not None else cut_loop(watch.text)
+        looped = kept is not None
+        text = kept if kept is not None else watch.text
+        timings = state["timings"]
+        usage = dict(state["usage"])
+        if not usage and timings:
+            usage = {"prompt_tokens": int(timings.get("prompt_n") or 0)
+                     + int(timings.get("cache_n") or 0),
+                     "completion_tokens": int(timings.get("predicted_n") or 0)}
+        return {"id": state["id"], "loop_cut": looped, "usage": usage, "timings": timings,
+                "choices": [{"message": {"content": text},
+                             "finish_reason": "stop" if looped else (state["finish"] or
+                                                                      "stop")}]}
 
     def stream(self, request: Any) -> Iterator[Any]:
         """The reply token by token: llama.cpp's own streaming (``"stream": true``, each
@@ -260,7 +317,7 @@ class XLlamaEngine:
         )
 
         body = {**self._body(request), "stream": True,
-                "stream_options": {"include_usage": True}}
+                "stream_options": {"include_usage": True}, "timings_per_token": True}
         server, gate = self._server_and_gate(body)
         chunks: queue.SimpleQueue = queue.SimpleQueue()
         stop = threading.Event()
@@ -281,6 +338,7 @@ class XLlamaEngine:
 
         threading.Thread(target=generate, daemon=True, name="ambiqa-embedded-stream").start()
         finish, usage, timings, reply_id = "stop", {}, {}, None
+        watch = LoopWatch() if self.settings.loop_guard else None
         try:
             yield StreamStartEvent(model=f"embedded/{self.settings.model}")
             while True:
@@ -299,15 +357,22 @@ class XLlamaEngine:
                     text = (choice.get("delta") or {}).get("content")
                     if text:
                         yield StreamDeltaEvent(delta=TextDelta(text=text))
+                        if watch is not None and watch.feed(text):
+                            break  # a loop: the adapter keeps its first copy
                     finish = choice.get("finish_reason") or finish
+                if watch is not None and watch.cut is not None:
+                    finish = "stop"
+                    break
         finally:
             stop.set()
         if finish not in ("stop", "length", "tool_call", "content_filter", "error"):
             finish = "stop"
-        note_finish_reason(finish)
+        note_finish_reason("loop" if watch is not None and watch.cut is not None else finish)
         prompt_tokens, computed = computed_prompt_tokens({"usage": usage, "timings": timings})
         yield StreamEndEvent(finish_reason=finish, usage=Usage(
-            input_tokens=prompt_tokens, output_tokens=int(usage.get("completion_tokens", 0)),
+            input_tokens=prompt_tokens,
+            # a stream stopped at a loop gets no usage chunk: the per-token timings count
+            output_tokens=int(usage.get("completion_tokens") or timings.get("predicted_n") or 0),
             cache_read_tokens=prompt_tokens - computed))
 
     def close(self) -> None:

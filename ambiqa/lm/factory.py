@@ -60,9 +60,12 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
             engine = XLlamaEngine(assemble_model(settings.model), settings)
             _ENGINES[key] = engine
     policy = policy or RetryPolicy.from_env(**asdict(EMBEDDED_POLICY))
+    # the loop guard's replies are cut unguarded ones (ambiqa.lm.loop_guard), so guarded runs
+    # share the cache with the replies stored before it; unguarded runs must not read cut ones
+    unguarded = {} if settings.loop_guard else {"loop_guard": "off"}
     identity = answer_identity("embedded", settings.model, n_ctx=settings.n_ctx,
                                output_caps=settings.output_caps,
-                               stop_at_marker=settings.stop_at_marker)
+                               stop_at_marker=settings.stop_at_marker, **unguarded)
     return dspy.LM(
         f"embedded/{settings.model}",
         engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}",

@@ -49,6 +49,8 @@ STOP_SEQUENCES: tuple[str, ...] = ("[[ ## completed ## ]]",)
 #: ``config.extensions["metadata"]`` and :meth:`ResilientEngine.complete` strips it before
 #: any engine or server sees it.
 CACHE_IDENTITY_KEY = "ambiqa_cache_key"
+#: The key under a Response's ``provider_data`` that marks a reply the loop guard stopped.
+LOOP_CUT_KEY = "ambiqa_loop_cut"
 
 
 def strip_cache_identity(request: Any) -> Any:
@@ -392,8 +394,12 @@ class ResilientEngine:
         else:
             response = self._complete(request)
         response = self._cap(response)
-        # Engines note the finish reason in their own thread; the trace reads it here.
-        note_finish_reason(getattr(response, "finish_reason", "") or "stop")
+        # Engines note the finish reason in their own thread; the trace reads it here. A
+        # reply the loop guard stopped (ambiqa.lm.loop_guard) ends as "stop" for DSPy and as
+        # "loop" for the trace.
+        looped = (getattr(response, "provider_data", None) or {}).get(LOOP_CUT_KEY)
+        note_finish_reason("loop" if looped else
+                           getattr(response, "finish_reason", "") or "stop")
         note_max_tokens(cap)
         return response
 

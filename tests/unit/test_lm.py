@@ -137,16 +137,43 @@ class FakeLlamaServer:
         self.peak = 0
         self._lock = __import__("threading").Lock()
 
-    def handle_chat_completions(self, body):
+    def handle_chat_completions(self, body, callback=None):
         with self._lock:
             self.bodies.append(body)
             self.active += 1
             self.peak = max(self.peak, self.active)
             reply = self.replies[min(len(self.bodies) - 1, len(self.replies) - 1)]
         time.sleep(self.delay_s)
-        with self._lock:
-            self.active -= 1
-        return reply
+        try:
+            if callback is None:
+                return reply
+            stream_reply(reply, callback)  # the loop guard asks for a stream
+            return None
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def stream_reply(reply, callback):
+    """``reply`` (a non-streamed llama.cpp reply) played as llama.cpp streams it with
+    ``timings_per_token``: a chunk per word carrying the running timings, then the finish
+    reason, then usage; stops when ``callback`` returns True (no usage chunk then)."""
+    import re
+
+    if "choices" not in reply:
+        callback(reply)
+        return
+    choice = reply["choices"][0]
+    timings = dict(reply.get("timings") or {})
+    pieces = re.findall(r"\S+\s*|\s+", choice["message"]["content"])
+    for i, piece in enumerate(pieces):
+        if callback({"choices": [{"finish_reason": None, "delta": {"content": piece}}],
+                     "timings": {**timings, "predicted_n": i + 1}}):
+            return
+    if callback({"choices": [{"finish_reason": choice["finish_reason"], "delta": {}}],
+                 "timings": timings}):
+        return
+    callback({"choices": [], "usage": reply.get("usage"), "timings": timings})
 
 
 def llama_reply(text, prompt_tokens, prompt_n, cache_n, completion_tokens=7, finish="stop"):
