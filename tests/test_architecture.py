@@ -139,12 +139,6 @@ CLI_PAST_API_ALLOWED: dict[tuple[str, str], str] = {
     ("ambiqa.cli.retrieval_cmds", "ambiqa.retrieval.kinds"): _LIGHT,
     ("ambiqa.cli.retrieval_cmds", "ambiqa.retrieval.training"): "issue 44: index commands",
     ("ambiqa.cli.retrieval_cmds", "ambiqa.retrieval.triples"): "issue 44: index commands",
-    ("ambiqa.cli.run_cmds", "ambiqa.data"): "issue 44: demo",
-    ("ambiqa.cli.run_cmds", "ambiqa.fsutil"): "issue 44: demo",
-    ("ambiqa.cli.run_cmds", "ambiqa.optimizers.export"): "issue 44: demo",
-    ("ambiqa.cli.run_cmds", "ambiqa.retrieval.colbert"): "issue 44: demo",
-    ("ambiqa.cli.run_cmds", "ambiqa.retrieval.factory"): "issue 44: demo",
-    ("ambiqa.cli.run_cmds", "ambiqa.retrieval.indexing"): "issue 44: demo",
     ("ambiqa.cli.scale_cmds", "ambiqa.evaluation.reports.merge"): "issue 44: merge",
     ("ambiqa.cli.serve_cmds", "ambiqa.lm.redact"): "credentials out of the server's log",
 }

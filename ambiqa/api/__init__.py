@@ -13,6 +13,7 @@
 ``resolve(target, ...)``            program name / artifact / saved JSON → program
 ``asking.ask(program, question)``   one question, as ``ambiqa ask`` asks it
 ``reports.report(run_dir)``         re-render a finished run (``reports.compare`` too)
+``demo.run_demo(lm)``               the main job end to end, as ``ambiqa demo`` runs it
 ==================================  ===================================================
 
 Each verb takes its settings dataclass (``IndexSettings``, ``EvaluateSettings``,

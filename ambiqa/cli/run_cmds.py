@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from pathlib import Path
 
-import ambiqa
 from ambiqa.cli.common import (
     INDEX_ROOT_HELP,
     PROGRAM_CONFIG_HELP,
@@ -18,9 +15,6 @@ from ambiqa.cli.common import (
     print_prediction,
     program_or_artifact,
 )
-from ambiqa.cli.optimize_cmds import compile_and_save, load_for_export
-from ambiqa.errors import AmbiqaError
-from ambiqa.fsutil import atomic_write_text
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -38,56 +32,24 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the embedded default: index, compile, export, load, ask."""
-    from ambiqa.api.jobs import make_reader
-    from ambiqa.data import demo_corpus_path, load_dataset
-    from ambiqa.optimizers.export import export_prompts, render
-    from ambiqa.retrieval.colbert import ColBERTRetriever
-    from ambiqa.retrieval.factory import index_root
-    from ambiqa.retrieval.indexing import build_index
-
-    console = make_console()
-    t_start = time.perf_counter()
-    out_dir = Path(args.out_dir)
-    console.rule("[bold]ambiqa demo[/bold]")
-    # 1. index
-    root = Path(args.index_root) if args.index_root else index_root()
-    with console.status("opening / building the ColBERT index over the bundled demo corpus"):
-        t0 = time.perf_counter()
-        try:
-            retriever = ColBERTRetriever.load(root, "demo")
-        except AmbiqaError:
-            retriever = build_index(demo_corpus_path(), "demo", index_root=root, progress=False)
-    console.print(f"1/5 index [bold]demo[/bold] ready in {time.perf_counter() - t0:.0f} s")
-    # 2. LM
-    with console.status("assembling and loading the embedded LM"):
-        lm = lm_from_args(args)
-    console.print(f"2/5 LM {lm.model} ready")
-    # 3. compile
-    reader = make_reader(None)
-    artifact = out_dir / "demo-vanilla_rag.json"
-    t0 = time.perf_counter()
-    compile_and_save("vanilla_rag", f"demo:train:{args.n_train}", f"demo:dev:{args.n_dev}",
-                     "d-f1", args.optimizer, 2, 0, retriever, lm, reader, artifact, {}, None,
-                     console)
-    console.print(f"3/5 compiled in {time.perf_counter() - t0:.0f} s")
-    # 4. export
-    prompts_path = out_dir / "demo-vanilla_rag.prompts.md"
-    program, manifest = load_for_export(str(artifact), with_manifest=True)  # read once
-    atomic_write_text(prompts_path, render(export_prompts(program), "md", manifest=manifest))
-    console.print(f"4/5 exported prompts to [bold]{prompts_path}[/bold]")
-    # 5. load + ask
-    loaded = ambiqa.load(artifact, retriever=retriever)
-    # the last dev question: not one the dev scoring just answered (that would be a cache hit)
-    question = args.question or load_dataset("demo:dev")[-1].question
+    """The main job on the embedded default: index, compile, export, load, ask
+    (:func:`ambiqa.api.demo.run_demo`)."""
     from rich.markup import escape
 
-    console.print(f"5/5 asking the loaded program: [italic]{escape(question)}[/italic]\n")
-    pred = loaded(question=question)
-    print_prediction(pred, console)
-    console.rule(f"demo finished in {time.perf_counter() - t_start:.0f} s")
-    return 0
+    from ambiqa.api.demo import DemoSettings, run_demo
 
+    console = make_console()
+    console.rule("[bold]ambiqa demo[/bold]")
+    with console.status("assembling and loading the embedded LM"):
+        lm = lm_from_args(args)
+    result = run_demo(lm, DemoSettings(out_dir=args.out_dir, index_root=args.index_root,
+                                       optimizer=args.optimizer, n_train=args.n_train,
+                                       n_dev=args.n_dev, question=args.question),
+                      say=lambda line: console.print(escape(line)), console=console)
+    console.print()
+    print_prediction(result.prediction, console)
+    console.rule(f"demo finished in {result.seconds:.0f} s")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
