@@ -21,9 +21,11 @@ Two places apply the same rule, so a reply is the same whichever of them saw it 
 * the ChatAdapter cuts a finished reply with :func:`cut_loop` before parsing it, for replies
   from an endpoint, and for replies stored in the response cache before the guard existed.
 
-Greedy decoding makes the guarded reply a prefix of the unguarded one, and the cut is decided
-at the first unit that completes a loop, so ``cut_loop(unguarded) == guarded``: the cached
-unguarded replies replay exactly as a live guarded run would have written them.
+Decoding runs left to right, so the guarded reply is a prefix of the reply the same decoding
+would have written unguarded (exactly at temperature 0; with sampling, for the same random
+draws -- Diva samples at the paper's 0.3), and the cut is decided at the first unit that
+completes a loop, so ``cut_loop(unguarded) == guarded``: a cached unguarded reply replays as
+the guarded run would have written it.
 ``AMBIQA_LOOP_GUARD=0`` switches both off (the embedded LM's cache identity then says so).
 """
 
