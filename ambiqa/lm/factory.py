@@ -52,8 +52,9 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
     import dspy
 
     settings = settings or EmbeddedSettings()
+    # the engine reads loop_guard itself (it stops generation), so it is part of the key
     key = (settings.model, settings.n_threads, settings.n_ctx, settings.cache_ram_mib,
-           settings.n_parallel)
+           settings.n_parallel, settings.loop_guard)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:

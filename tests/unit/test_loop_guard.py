@@ -139,3 +139,5 @@ def test_unguarded_embedded_lms_keep_their_own_cache_identity():
     off = L.embedded_lm(L.EmbeddedSettings(model=L.FAST_MODEL, loop_guard=False), cache=False)
     assert "loop_guard" not in on.kwargs["metadata"][CACHE_IDENTITY_KEY]
     assert "loop_guard=off" in off.kwargs["metadata"][CACHE_IDENTITY_KEY]
+    # engines are shared per model and settings; the guard is one of them (it stops decoding)
+    assert on.engine.inner.settings.loop_guard and not off.engine.inner.settings.loop_guard
