@@ -34,6 +34,9 @@ class DemoSettings:
     index_root: str | Path | None = None
     #: the teleprompter compiling vanilla_rag: none, labeled or bootstrap
     optimizer: str = "bootstrap"
+    #: the compile's objective (d-f1 reads with the D-F1 reader: the LM stand-in on a machine
+    #: without a trained extractive reader, one LM call per gold answer)
+    metric: str = "d-f1"
     #: demo training questions to compile on, and demo dev questions to score on
     n_train: int = 3
     n_dev: int = 2
@@ -74,7 +77,7 @@ def run_demo(lm: Any, settings: DemoSettings | None = None,
     artifact = out_dir / "demo-vanilla_rag.json"
     t0 = time.perf_counter()
     compile("vanilla_rag", settings=CompileSettings(
-        train=f"demo:train:{cfg.n_train}", dev=f"demo:dev:{cfg.n_dev}", metric="d-f1",
+        train=f"demo:train:{cfg.n_train}", dev=f"demo:dev:{cfg.n_dev}", metric=cfg.metric,
         optimizer=cfg.optimizer, k=2, seed=0, out=artifact), lm=lm,
         retriever=built.retriever, reader=make_reader(None), console=console)
     compile_seconds = time.perf_counter() - t0

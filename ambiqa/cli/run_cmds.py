@@ -43,7 +43,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with console.status("assembling and loading the embedded LM"):
         lm = lm_from_args(args)
     result = run_demo(lm, DemoSettings(out_dir=args.out_dir, index_root=args.index_root,
-                                       optimizer=args.optimizer, n_train=args.n_train,
+                                       optimizer=args.optimizer, metric=args.metric,
+                                       n_train=args.n_train,
                                        n_dev=args.n_dev, question=args.question),
                       say=lambda line: console.print(escape(line)), console=console)
     console.print()
@@ -75,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
     p.add_argument("--optimizer", default="bootstrap", choices=["none", "labeled", "bootstrap"],
                    help="the teleprompter compiling vanilla_rag (default bootstrap)")
+    p.add_argument("--metric", default="d-f1",
+                   help="the compile's objective (default d-f1; str-rouge needs no reader)")
     p.add_argument("--n-train", type=int, default=3,
                    help="demo training questions to compile on (default 3)")
     p.add_argument("--n-dev", type=int, default=2,
