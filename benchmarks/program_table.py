@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ambiqa.evaluation.reports.report import Run, cost_stats, load_run
 from ambiqa.evaluation.stats import paired_comparison, summarize_metric
@@ -50,8 +51,9 @@ ASQA = "benchmarks/results/evidence-rescored/asqa"
 COMPILED = "benchmarks/results/evidence-rescored/asqa-compiled"
 NEW = "benchmarks/results/compile-v3/runs"
 V5 = "benchmarks/results/compile-v5/runs"
-#: zero-shot Diva from today's code (compile-v4's arm), the pair of every compile-v5 dev run
-DIVA_TODAY = "benchmarks/results/compile-v4/runs/diva-zeroshot"
+#: zero-shot Diva from today's code (compile-v4's arm's questions, replayed with the loop guard
+#: of issue 45: benchmarks/results/loop-guard), the pair of every compile-v5 dev arm
+DIVA_GUARDED = "benchmarks/results/loop-guard/runs/on"
 SHORT = "benchmarks/results/evidence"
 
 
@@ -267,16 +269,40 @@ def _diva_compiled() -> str:
             f"{median_words(new):.0f} words")
 
 
-def _diva_chosen() -> str:
-    new = f"{V5}/diva-clarify-signal"
-    if not exists(new):
-        return "dev run not stored yet"
-    n = paired(new, DIVA_TODAY, "str-em")["n_shared"]
-    return (f"vs zero-shot diva (today's code, n = {n}): STR-EM "
-            f"{delta(new, DIVA_TODAY, 'str-em')}: {standing(new, DIVA_TODAY, 'str-em')}; "
-            f"ROUGE-L {delta(new, DIVA_TODAY, 'rouge-l')}: "
-            f"{standing(new, DIVA_TODAY, 'rouge-l')}; median answer {median_words(new):.0f} "
-            f"words; DR not measured (no reader v3 on the machine)")
+def _diva_chosen(new: str) -> Callable[[], str]:
+    """A compile-v5 dev arm against zero-shot Diva, both replayed with today's code (the loop
+    guard on)."""
+    def text() -> str:
+        if not exists(new):
+            return "dev run not stored yet"
+        n = paired(new, DIVA_GUARDED, "str-em")["n_shared"]
+        return (f"vs zero-shot diva (today's code, both with the loop guard, n = {n}): STR-EM "
+                f"{delta(new, DIVA_GUARDED, 'str-em')}: "
+                f"{standing(new, DIVA_GUARDED, 'str-em')}; ROUGE-L "
+                f"{delta(new, DIVA_GUARDED, 'rouge-l')}: "
+                f"{standing(new, DIVA_GUARDED, 'rouge-l')}; {_readings(new)}; median answer "
+                f"{median_words(new):.0f} words; DR not measured (no reader v3 on the machine)")
+    return text
+
+
+def _readings(new: str) -> str:
+    """Readings per question and the share of gold qa pairs a reading answers, against
+    zero-shot Diva (``benchmarks.readings``)."""
+    from benchmarks.readings import measure
+
+    zero, run = measure([ROOT / DIVA_GUARDED, ROOT / new], _asqa_dev())
+    d, low, high = run["covered_delta"]
+    word = "above" if low > 0 else "below" if high < 0 else "level"
+    return (f"readings per question {run['readings_mean']:.2f} vs {zero['readings_mean']:.2f}, "
+            f"gold qa pairs a reading answers {num(run['gold_covered'])} vs "
+            f"{num(zero['gold_covered'])}, {signed(d)} {interval(low, high)}: {word}")
+
+
+@functools.cache
+def _asqa_dev() -> dict[str, Any]:
+    from ambiqa.data import load_dataset
+
+    return {str(ex.id): ex for ex in load_dataset("asqa:dev")}
 
 
 def _toc() -> str:
@@ -337,7 +363,13 @@ README_ROWS: list[ReadmeRow] = [
               "'clarify=signal:1;clarify=signal:2'` (compile-v5; shipped clarify=signal:2)",
               "Diva with the 1.5B, compiled by choosing on held-out training questions "
               "(tokens not measured: its upstream calls replayed zero-shot's)",
-              f"{V5}/diva-clarify-signal", _diva_chosen),
+              f"{V5}/diva-clarify-signal-guarded",
+              _diva_chosen(f"{V5}/diva-clarify-signal-guarded")),
+    ReadmeRow("`diva`, compiled: `--optimizer none --select-val 12 --candidates "
+              "'clarify=gold:1;clarify=gold:2'` (compile-v5; shipped clarify=gold:1)",
+              "the same, clarify shown one gold ASQA example (specified readings)",
+              f"{V5}/diva-clarify-gold-guarded",
+              _diva_chosen(f"{V5}/diva-clarify-gold-guarded")),
     ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
               "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
     ReadmeRow("`verdict` (`ambiqa.VerDICt`)", "per-passage grounding, with an LM that can "
