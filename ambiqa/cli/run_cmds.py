@@ -44,8 +44,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         lm = lm_from_args(args)
     result = run_demo(lm, DemoSettings(out_dir=args.out_dir, index_root=args.index_root,
                                        optimizer=args.optimizer, metric=args.metric,
-                                       n_train=args.n_train,
-                                       n_dev=args.n_dev, question=args.question),
+                                       n_train=args.n_train, n_dev=args.n_dev,
+                                       candidates=None if args.all_candidates else [],
+                                       question=args.question),
                       say=lambda line: console.print(escape(line)), console=console)
     console.print()
     print_prediction(result.prediction, console)
@@ -74,14 +75,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", default="artifacts",
                    help="where the artifact and its exported prompts go (default artifacts)")
     p.add_argument("--index-root", default=None, help=INDEX_ROOT_HELP)
-    p.add_argument("--optimizer", default="bootstrap", choices=["none", "labeled", "bootstrap"],
-                   help="the teleprompter compiling vanilla_rag (default bootstrap)")
-    p.add_argument("--metric", default="d-f1",
-                   help="the compile's objective (default d-f1; str-rouge needs no reader)")
+    p.add_argument("--optimizer", default="labeled", choices=["none", "labeled", "bootstrap"],
+                   help="the teleprompter compiling vanilla_rag (default labeled: gold demos, "
+                        "no LM call; bootstrap traces the LM over the training questions)")
+    p.add_argument("--metric", default="str-rouge",
+                   help="the compile's objective (default str-rouge, which needs no reader; "
+                        "d-f1 reads with the LM stand-in on a machine without reader v3)")
     p.add_argument("--n-train", type=int, default=3,
                    help="demo training questions to compile on (default 3)")
-    p.add_argument("--n-dev", type=int, default=2,
-                   help="demo dev questions to score the compiled program on (default 2)")
+    p.add_argument("--n-dev", type=int, default=0,
+                   help="demo dev questions to score the compiled program on (default 0: the "
+                        "choice on a held-out training question is the check)")
+    p.add_argument("--all-candidates", action="store_true",
+                   help="score the compile's default demo plans too (three more programs)")
     p.add_argument("--question", default=None,
                    help="the question the loaded program answers at the end (default: the "
                         "last demo dev question)")

@@ -27,14 +27,18 @@ def test_demo_then_export_then_ask_in_new_processes(tmp_path):
     env = {**os.environ, "AMBIQA_INDEX_ROOT": str(tmp_path / "indexes"),
            "AMBIQA_CACHE": os.environ["AMBIQA_CACHE"], "COLUMNS": "120"}
     out = _run(["demo", "--lm", SMALL, "--out-dir", str(tmp_path / "artifacts"),
-                "--n-train", "2", "--n-dev", "1", "--max-tokens", "384"], env)
+                "--n-dev", "1", "--max-tokens", "384"], env)
     assert "demo finished" in out and "Answer" in out
     artifact = tmp_path / "artifacts" / "demo-vanilla_rag.json"
     doc = json.loads(artifact.read_text())
     m = doc["manifest"]
-    assert m["program"] == "vanilla_rag" and m["optimizer"]["name"] == "bootstrap"
+    # the demo's defaults: gold demos, chosen against zero-shot by a reader-free objective
+    assert m["program"] == "vanilla_rag" and m["optimizer"]["name"] == "labeled"
+    assert m["metric"] == "str-rouge" and m["lm"].endswith("0.5b")
     assert m["retriever"]["kind"] == "colbert" and m["retriever"]["index"] == "demo"
-    assert m["reader"].startswith("lm-reader:") and m["lm"].endswith("0.5b")
+    selection = m["optimizer"]["selection"]  # chosen on a held-out demo training question
+    assert [c["label"] for c in selection["candidates"]] == ["zero-shot", "input", "labeled"]
+    assert selection["shipped"] in ("zero-shot", "labeled") and selection["n_val"] == 1
     assert (tmp_path / "artifacts" / "demo-vanilla_rag.prompts.md").stat().st_size > 500
 
     exported = _run(["export", str(artifact), "--format", "json"], env)

@@ -69,3 +69,23 @@ def test_index_builds_a_bm25_index_that_opens_and_refuses_path_names(tmp_path, c
     rc = main(["index", str(demo_corpus_path()), "--name", "../escape", "--kind", "bm25",
                "--index-root", str(tmp_path)])
     assert rc == EXIT_USER_ERROR and "invalid index name" in capsys.readouterr().err
+
+
+def test_doctor_prepare_assembles_the_model_and_builds_the_extensions_first(monkeypatch,
+                                                                            capsys):
+    """``ambiqa doctor --prepare`` (scripts/demo.sh runs it after the install) does the
+    first run's one-time work, then the checks."""
+    import ambiqa.cli.retrieval_cmds as retrieval_cmds
+    import ambiqa.lm.models as models
+    import ambiqa.retrieval.colbert.extensions as extensions
+    from ambiqa.cli import main
+
+    calls = []
+    monkeypatch.setattr(models, "assemble_model", lambda name: calls.append(name) or "m.gguf")
+    monkeypatch.setattr(extensions, "build_extensions",
+                        lambda: calls.append("extensions") or ["ColBERT"])
+    monkeypatch.setattr(retrieval_cmds, "run_checks",
+                        lambda **kw: calls.append("checks") or True)
+    assert main(["doctor", "--prepare"]) == 0
+    assert calls == [models.DEFAULT_MODEL, "extensions", "checks"]
+    assert "prepared: colbert-ai's C++ extensions for ColBERT" in capsys.readouterr().out
