@@ -127,6 +127,12 @@ def computed_prompt_tokens(raw: dict[str, Any]) -> tuple[int, int]:
     return total, min(max(computed, 0), total)
 
 
+def _is_error_chunk(chunk: Any) -> bool:
+    """Whether a streamed llama.cpp chunk is an error report rather than a piece of reply."""
+    return not isinstance(chunk, dict) or ("choices" not in chunk and (
+        "error" in chunk or "message" in chunk or "code" in chunk))
+
+
 class XLlamaEngine:
     """DSPy 3.4 custom engine running a GGUF model in-process with xllamacpp.
 
@@ -266,8 +272,7 @@ class XLlamaEngine:
                                  "error": None}
 
         def on_chunk(chunk: Any) -> bool:
-            if not isinstance(chunk, dict) or ("choices" not in chunk and (
-                    "error" in chunk or "message" in chunk or "code" in chunk)):
+            if _is_error_chunk(chunk):
                 state["error"] = chunk
                 return True
             state["id"] = chunk.get("id") or state["id"]
@@ -347,8 +352,7 @@ class XLlamaEngine:
                     break
                 if isinstance(chunk, BaseException):
                     raise chunk
-                if not isinstance(chunk, dict) or ("choices" not in chunk and (
-                        "error" in chunk or "message" in chunk or "code" in chunk)):
+                if _is_error_chunk(chunk):
                     raise RuntimeError(f"embedded LM returned an error: {str(chunk)[:300]}")
                 reply_id = chunk.get("id") or reply_id
                 usage = chunk.get("usage") or usage
