@@ -9,7 +9,7 @@ its own because the query-refinement baseline reuses it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
@@ -32,7 +32,11 @@ from ambiqa.programs.trim import trimmed_for
 from ambiqa.retrieval.encoder import unit_rows
 from ambiqa.signatures.ambiguity import AMBIGUITY_TYPES, TypeAmbiguity
 from ambiqa.signatures.disambiguation import PseudoInterpretations
-from ambiqa.signatures.verification import VerifyRetrieval, parse_verdict
+from ambiqa.signatures.verification import (
+    VerifyRetrieval,
+    VerifyRetrievalBrief,
+    parse_verdict,
+)
 from ambiqa.tracing import record_event
 from ambiqa.types import Passage
 
@@ -45,6 +49,11 @@ UNVERIFIED = "Unverified"
 #: The paper's decoding settings for every LLM call (App. A.4: max tokens 300, top-p 1.0,
 #: temperature 0.3).
 PAPER_DECODING: dict[str, float | int] = {"temperature": 0.3, "top_p": 1.0, "max_tokens": 300}
+
+#: the verifier's evidence before its yes/no (``DivaConfig.verify_evidence``): a copied
+#: sentence (default) or the answer's few words (fewer output tokens, issue 45)
+VERIFIERS: dict[str, type[dspy.Signature]] = {"sentence": VerifyRetrieval,
+                                              "brief": VerifyRetrievalBrief}
 
 # "1: ...", "2. ...", "DQ 3: ...", "- ...", "(4) ..." → the question alone.
 _ENUM = re.compile(r"^\s*(?:[-*•]+\s*)?(?:(?:DQ|Q)?\s*\(?\d+(?:[:)]\s*|[.\-]\s+))?",
@@ -111,6 +120,11 @@ class DivaConfig(ProgramConfig):
             show whole passages. N >= 1: each kept passage is shown as its N sentences
             closest to the question and its interpretations (``ambiqa.programs.trim``, a
             declared deviation for fewer prompt tokens); ``passages`` in the output stay whole.
+        verify_evidence: what each verification vote writes before its yes/no:
+            ``"sentence"`` (default) copies the passage sentence that states the answer;
+            ``"brief"`` writes the passage number and the answer's few words
+            (:class:`~ambiqa.signatures.verification.VerifyRetrievalBrief`, a declared
+            deviation for fewer output tokens, off until measured: docs/methods.md).
     """
 
     k_per_query: int = int_field(5)
@@ -122,6 +136,7 @@ class DivaConfig(ProgramConfig):
     top_p: float = PAPER_DECODING["top_p"]
     max_tokens: int = int_field(PAPER_DECODING["max_tokens"])
     trim_sentences: int | None = trim_field()
+    verify_evidence: str = field(default="sentence", metadata={"choices": tuple(VERIFIERS)})
 
     def check(self) -> None:
         decoding_config(self.temperature, self.top_p, self.max_tokens)
@@ -224,7 +239,7 @@ class Diva(AmbiqaProgram):
         self.lm_config = decoding_config(self.temperature, self.top_p, self.max_tokens)
         self.infer = InferInterpretations(self.max_interpretations, self.skip_unambiguous,
                                           lm_config=self.lm_config)
-        self.verify = dspy.Predict(VerifyRetrieval)
+        self.verify = dspy.Predict(VERIFIERS[self.verify_evidence])  # checked by DivaConfig
         self.clarify = ClarifyStep(lm_config=self.lm_config)
         self.long_answer = LongAnswerStep(lm_config=self.lm_config)
         self.closed_book = ClosedBookStep(lm_config=self.lm_config)

@@ -142,3 +142,25 @@ class VerifyRetrieval(dspy.Signature):
     evidence: str = dspy.OutputField(
         desc="the passage sentence that answers the question, with its number, or none")
     verdict: str = dspy.OutputField(desc='one word: "yes" or "no"')
+
+
+class VerifyRetrievalBrief(dspy.Signature):
+    """Decide whether the numbered passages answer a specific question.
+
+    First write the number of the passage that states the answer and the few words of it that
+    are the answer, or write "none" if no passage states it. Then reply yes if a passage states
+    the answer, even in other words, and no if the passages are only on the same topic, answer
+    a different question, or say nothing about it."""
+
+    # Diva's verifier with ``verify_evidence="brief"`` (issue 45, a declared deviation in
+    # docs/methods.md): the same look-before-you-decide order as VerifyRetrieval, but the
+    # evidence is the answer's few words, not a copied sentence -- the sentence cost ~69
+    # output tokens a vote on the default 1.5B (compile-v4's zero-shot rows), a third of
+    # Diva's output. 64 leaves room for a short answer, its number and the verdict.
+    output_cap_tokens: ClassVar[int] = 64
+
+    passages: str = dspy.InputField(desc="numbered evidence passages, one per line")
+    interpretation: str = dspy.InputField(desc="one specific, unambiguous question")
+    evidence: str = dspy.OutputField(
+        desc="the passage number and the few words that answer the question, or none")
+    verdict: str = dspy.OutputField(desc='one word: "yes" or "no"')

@@ -377,6 +377,32 @@ def test_verifier_reasons_before_its_verdict_and_sees_passages_first():
     assert VerifyRetrieval.output_fields["verdict"].annotation is str
 
 
+def test_brief_verifier_writes_the_answers_words_and_votes_like_the_sentence_one(use_lm):
+    """``verify_evidence="brief"`` (issue 45): the same votes, paths and prompt order through
+    VerifyRetrievalBrief, whose evidence is the answer's few words and whose cap is lower; the
+    default still sends VerifyRetrieval."""
+    from ambiqa.signatures.verification import VerifyRetrieval, VerifyRetrievalBrief
+
+    handlers = _handlers([RON, PERCY, FRED], supported={PERCY})
+    handlers["VerifyRetrievalBrief"] = lambda inp: {
+        "evidence": "[2] Chris Rankin" if _value(inp, "interpretation") == PERCY else "none",
+        "verdict": "yes" if _value(inp, "interpretation") == PERCY else "no"}
+    lm = use_lm(scripted_lm(handlers))
+    brief = _diva(verify_evidence="brief")
+    out = brief(question=Q)
+    assert lm.engine.count("VerifyRetrievalBrief") == 3 and lm.engine.count("VerifyRetrieval") == 0
+    assert out.verdict == "PartialUseful" and out.path == "rag"
+    assert [v["evidence"] for v in out.votes] == ["none", "[2] Chris Rankin", "none"]
+    assert list(VerifyRetrievalBrief.input_fields) == list(VerifyRetrieval.input_fields)
+    assert list(VerifyRetrievalBrief.output_fields) == list(VerifyRetrieval.output_fields)
+    assert VerifyRetrievalBrief.output_cap_tokens < VerifyRetrieval.output_cap_tokens
+    assert "few words" in VerifyRetrievalBrief.instructions
+    assert brief.config()["verify_evidence"] == "brief"
+    assert _diva().verify.signature.__name__ == "VerifyRetrieval"
+    with pytest.raises(ConfigError, match="verify_evidence must be one of sentence, brief"):
+        _diva(verify_evidence="quote")
+
+
 def test_verification_prompt_puts_the_shared_passages_before_the_interpretation(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
     _diva()(question=Q)
@@ -465,7 +491,7 @@ def test_config_and_bad_settings():
     assert prog.config() == {"k_per_query": 4, "top_k": 3, "candidates": 0,
                              "max_interpretations": 8, "skip_unambiguous": False,
                              "temperature": 0.3, "top_p": 1.0, "max_tokens": 300,
-                             "trim_sentences": None}
+                             "trim_sentences": None, "verify_evidence": "sentence"}
     assert Diva().config()["k_per_query"] == 5 and Diva().config()["top_k"] == 5
     for bad in ({"top_k": 0}, {"k_per_query": "5"}, {"candidates": -1},
                 {"max_interpretations": 0}, {"top_k": True}):
