@@ -125,6 +125,9 @@ class DivaConfig(ProgramConfig):
             ``"brief"`` writes the passage number and the answer's few words
             (:class:`~ambiqa.signatures.verification.VerifyRetrievalBrief`, a declared
             deviation for fewer output tokens, off until measured: docs/methods.md).
+        answer_words: None (default, the paper's prompt) or N >= 20: the long-answer writer
+            is asked to keep its answer under N words (a declared deviation for fewer output
+            tokens, off until measured: docs/methods.md).
     """
 
     k_per_query: int = int_field(5)
@@ -137,6 +140,8 @@ class DivaConfig(ProgramConfig):
     max_tokens: int = int_field(PAPER_DECODING["max_tokens"])
     trim_sentences: int | None = trim_field()
     verify_evidence: str = field(default="sentence", metadata={"choices": tuple(VERIFIERS)})
+    answer_words: int | None = int_field(None, 20, none_ok=True,
+                                         hint="None keeps the paper's writer prompt")
 
     def check(self) -> None:
         decoding_config(self.temperature, self.top_p, self.max_tokens)
@@ -241,7 +246,8 @@ class Diva(AmbiqaProgram):
                                           lm_config=self.lm_config)
         self.verify = dspy.Predict(VERIFIERS[self.verify_evidence])  # checked by DivaConfig
         self.clarify = ClarifyStep(lm_config=self.lm_config)
-        self.long_answer = LongAnswerStep(lm_config=self.lm_config)
+        self.long_answer = LongAnswerStep(lm_config=self.lm_config,
+                                          max_words=self.answer_words)
         self.closed_book = ClosedBookStep(lm_config=self.lm_config)
 
     # ---- helpers ---------------------------------------------------------------------------

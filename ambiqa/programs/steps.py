@@ -21,6 +21,7 @@ from ambiqa.signatures.answering import (
     ShortAnswer,
     ShortAnswerOrUnknown,
     WriteLongAnswer,
+    word_limited_writer,
 )
 from ambiqa.signatures.disambiguation import ClarifyFromPassages
 from ambiqa.text import normalize_answer
@@ -65,14 +66,19 @@ class ClarifyStep(dspy.Module):
 
 
 class LongAnswerStep(dspy.Module):
-    """Eq. 2: the long answer, given the DQ/DA pairs and the passages they came from."""
+    """Eq. 2: the long answer, given the DQ/DA pairs and the passages they came from.
+
+    ``max_words`` (None: the papers' prompt) asks the writer to keep the answer under that
+    many words (:func:`~ambiqa.signatures.answering.word_limited_writer`).
+    """
 
     writes_answer = {"write": "long_answer"}
 
-    def __init__(self, lm_config: Config = None) -> None:
+    def __init__(self, lm_config: Config = None, max_words: int | None = None) -> None:
         super().__init__()
         self.lm_config = dict(lm_config or {})
-        self.write = dspy.Predict(WriteLongAnswer)
+        self.write = dspy.Predict(WriteLongAnswer if max_words is None
+                                  else word_limited_writer(max_words))
 
     def forward(self, question: str, pairs: list[Interpretation],
                 passages: list[Passage]) -> str:

@@ -19,5 +19,7 @@ nice ambiqa evaluate diva --data "asqa:dev:$N" --index wiki-dense --metrics str-
   --resume --retry-errors >> "$R/eval.log" 2>&1
 echo "$(date -u +%FT%TZ) brief n=$N done" >> "$R/progress.log"
 ambiqa compare "$ZERO" "$R/runs/brief" --out "$R/compare" --metrics str-em,rouge-l
-python -m benchmarks.verifier_brief "$ZERO" "$R/runs/brief" \
+python -m benchmarks.step_replay "$ZERO" "$R/runs/brief" \
+  --signature VerifyRetrieval:VerifyRetrievalBrief \
+  --title "Diva's verifier: the answer's few words (brief) against a copied sentence" \
   --stored benchmarks/results/compile-v4/runs/diva-zeroshot --data asqa:dev --out "$R"

@@ -403,6 +403,33 @@ def test_brief_verifier_writes_the_answers_words_and_votes_like_the_sentence_one
         _diva(verify_evidence="quote")
 
 
+def test_answer_words_adds_one_sentence_to_the_writers_prompt_and_keeps_its_name(use_lm):
+    """``answer_words=N`` (issue 45): the writer's prompt is the default's plus "under N
+    words"; the call is still ``WriteLongAnswer`` (traces, demo plans, artifacts) with the same
+    fields and cap; the default prompt carries no such sentence."""
+    from ambiqa.signatures.answering import WriteLongAnswer
+
+    lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON, PERCY})))
+    out = _diva(answer_words=80)(question=Q)
+    assert out.answer == "Several actors played Weasley brothers."
+    assert lm.engine.count("WriteLongAnswer") == 1
+    (system,) = [h["messages"][0]["content"] for h in lm.history
+                 if "`long_answer`" in h["messages"][0]["content"]]
+    assert "Keep the whole answer under 80 words" in system  # what the LM is sent
+    sig = _diva(answer_words=80).long_answer.write.signature
+    assert sig.__name__ == "WriteLongAnswer" and issubclass(sig, WriteLongAnswer)
+    assert sig.instructions.startswith(WriteLongAnswer.instructions)
+    assert sig.instructions.endswith("Keep the whole answer under 80 words: one short "
+                                     "sentence per interpretation.")
+    assert list(sig.fields) == list(WriteLongAnswer.fields)
+    assert sig.output_cap_tokens == WriteLongAnswer.output_cap_tokens
+    assert _diva().long_answer.write.signature is WriteLongAnswer
+    assert "words" not in WriteLongAnswer.instructions
+    for bad in (0, 5, "80"):
+        with pytest.raises(ConfigError, match="answer_words"):
+            _diva(answer_words=bad)
+
+
 def test_verification_prompt_puts_the_shared_passages_before_the_interpretation(use_lm):
     lm = use_lm(scripted_lm(_handlers([RON, PERCY], supported={RON})))
     _diva()(question=Q)
@@ -491,7 +518,8 @@ def test_config_and_bad_settings():
     assert prog.config() == {"k_per_query": 4, "top_k": 3, "candidates": 0,
                              "max_interpretations": 8, "skip_unambiguous": False,
                              "temperature": 0.3, "top_p": 1.0, "max_tokens": 300,
-                             "trim_sentences": None, "verify_evidence": "sentence"}
+                             "trim_sentences": None, "verify_evidence": "sentence",
+                             "answer_words": None}
     assert Diva().config()["k_per_query"] == 5 and Diva().config()["top_k"] == 5
     for bad in ({"top_k": 0}, {"k_per_query": "5"}, {"candidates": -1},
                 {"max_interpretations": 0}, {"top_k": True}):
