@@ -23,10 +23,10 @@ Reports, over the questions both runs answered:
   is kept only if the answers stay the same.
 
     python -m benchmarks.step_replay benchmarks/results/loop-guard/runs/on \\
-        benchmarks/results/verifier-brief/runs/brief \\
+        benchmarks/results/step-replay/runs/brief \\
         --signature VerifyRetrieval:VerifyRetrievalBrief \\
         --stored benchmarks/results/compile-v4/runs/diva-zeroshot --data asqa:dev \\
-        --out benchmarks/results/verifier-brief
+        --out benchmarks/results/step-replay/brief
 """
 
 from __future__ import annotations
