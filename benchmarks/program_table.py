@@ -51,6 +51,7 @@ ASQA = "benchmarks/results/evidence-rescored/asqa"
 COMPILED = "benchmarks/results/evidence-rescored/asqa-compiled"
 NEW = "benchmarks/results/compile-v3/runs"
 V5 = "benchmarks/results/compile-v5/runs"
+STEP = "benchmarks/results/step-replay/runs"
 #: zero-shot Diva from today's code (compile-v4's arm's questions, replayed with the loop guard
 #: of issue 45: benchmarks/results/loop-guard), the pair of every compile-v5 dev arm
 DIVA_GUARDED = "benchmarks/results/loop-guard/runs/on"
@@ -370,6 +371,11 @@ README_ROWS: list[ReadmeRow] = [
               "the same, clarify shown one gold ASQA example (specified readings)",
               f"{V5}/diva-clarify-gold-guarded",
               _diva_chosen(f"{V5}/diva-clarify-gold-guarded")),
+    ReadmeRow('`diva` `{"verify_evidence": "brief"}`',
+              "a verifier that cites the passage instead of copying it: 39 fewer output tokens "
+              "a question, the right path more often; an option while a third of its replies "
+              "hit its cap and are retried (step-replay)", f"{STEP}/brief",
+              _diva_chosen(f"{STEP}/brief")),
     ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
               "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
     ReadmeRow("`verdict` (`ambiqa.VerDICt`)", "per-passage grounding, with an LM that can "
