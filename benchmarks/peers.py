@@ -411,6 +411,12 @@ def split_data(spec: str, n: int | None) -> tuple[str, int]:
     return spec, n
 
 
+def served_endpoint(model: str) -> str:
+    """The endpoint a ``--serve`` run records: the llama.cpp server this benchmark starts for
+    ``model``, named without its port (a new one each start)."""
+    return f"llama-server:{model}"
+
+
 def _endpoint_lm(args: argparse.Namespace, api_base: str, key_env: str | None) -> Any:
     """ambiqa's LM for the same endpoint, with the embedded engine's per-signature output
     caps and stop marker (as benchmarks/llama_server.py sets them)."""
@@ -423,7 +429,11 @@ def _endpoint_lm(args: argparse.Namespace, api_base: str, key_env: str | None) -
     return lm
 
 
-def run(args: argparse.Namespace, api_base: str, key_env: str | None) -> int:
+def run(args: argparse.Namespace, api_base: str, key_env: str | None,
+        endpoint: str | None = None) -> int:
+    """Answer the questions with every system; ``endpoint`` is what the runs record as their
+    endpoint (default: ``api_base`` without credentials). ``--serve`` passes a stable name for
+    the server it starts, whose port changes every start, so ``--resume`` can continue."""
     from ambiqa.api import EvaluateSettings, evaluate
     from ambiqa.cli.common import metric_fns
     from ambiqa.data import default_data_root, load_dataset
@@ -459,7 +469,7 @@ def run(args: argparse.Namespace, api_base: str, key_env: str | None) -> int:
     names = metric_list(args.reader)
     key = os.environ.get(key_env, "") if key_env else "not-needed"
     lm_label = f"openai/{args.model}"
-    endpoint = endpoint_host(api_base)
+    endpoint = endpoint or endpoint_host(api_base)
     max_tokens = args.max_tokens or default_max_tokens()
 
     t0 = time.perf_counter()
@@ -511,7 +521,7 @@ def run(args: argparse.Namespace, api_base: str, key_env: str | None) -> int:
                     metrics=names, out=run_dir, resume=resume, threads=args.threads,
                     max_error_rate=args.max_error_rate, reader=args.reader,
                     index=args.index, index_root=args.index_root, lm_label=lm_label,
-                    progress=False)
+                    endpoint_label=endpoint, progress=False)
                 evaluate(system, data, settings, lm=lm,
                          retriever=retriever)
             print(f"peers: block {b + 1}: {system} done to question {end}", flush=True)
@@ -817,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with ServerProcess(args.serve, slots=args.slots, threads=args.lm_threads) as server:
         os.environ[KEY_ENV] = server.key
-        return run(args, server.api_base, KEY_ENV)
+        return run(args, server.api_base, KEY_ENV, endpoint=served_endpoint(args.serve))
 
 
 if __name__ == "__main__":

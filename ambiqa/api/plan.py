@@ -56,6 +56,10 @@ class EvaluateSettings:
     program_config: dict[str, Any] | None = None
     #: what run.json records as the LM (default: the spec passed as ``lm``, resolved)
     lm_label: str | None = None
+    #: what run.json records as the endpoint (default: the LM's api_base without credentials);
+    #: a caller that starts its own server on a new port each time names it here, so that a
+    #: resume still matches (benchmarks/peers.py's ``--serve``)
+    endpoint_label: str | None = None
     #: ``I/N``: only the I-th of N contiguous slices of the data (``ambiqa merge`` joins them)
     part: str | None = None
     progress: bool = False
@@ -154,7 +158,7 @@ def plan_evaluate(target: Any, data: Any, cfg: EvaluateSettings, *, lm: Any = No
                        metrics=names, lm=lm_label, index=cfg.index,
                        program_config=config or None,
                        artifact_sha256=pf.sha256 if pf is not None else None, extra=extra,
-                       program_defaults=_defaults_of(cls))
+                       endpoint=cfg.endpoint_label, program_defaults=_defaults_of(cls))
     stored = None
     if out is not None:
         stored = check_run_dir(out, run_spec, cfg.resume,

@@ -180,3 +180,38 @@ def test_qph_ratio_and_judgement(benchmark_script):
     assert peers.judge(0.9, 1.2, 1.0) == "undecided"
     assert peers.split_data("asqa:dev:30", None) == ("asqa:dev", 30)
     assert peers.split_data("asqa:dev", 12) == ("asqa:dev", 12)
+
+
+def test_served_runs_resume_when_the_server_comes_back_on_another_port(peers, setup,
+                                                                       monkeypatch):
+    """``--serve`` starts llama.cpp's server on a new port each time; the runs record the
+    server by model, not by port, so ``--resume`` continues them (it was refused)."""
+    import benchmarks.llama_server as llama_server
+    from ambiqa.testing_server import serve
+
+    ports = []
+
+    class FakeServer:  # the real ServerProcess, minus llama.cpp: a fresh port each start
+        def __init__(self, model, **_):
+            self.key = "k"
+
+        def __enter__(self):
+            self.api_base, self._stop = serve(0.0)
+            ports.append(self.api_base)
+            return self
+
+        def __exit__(self, *exc):
+            self._stop()
+
+    monkeypatch.setattr(llama_server, "ServerProcess", FakeServer)
+    out, common = setup
+    at = common.index("--api-base")
+    served = [*common[:at], *common[at + 2:], "--serve", "fake", "--systems",
+              "haystack,vanilla_rag"]
+    assert peers.main([*served, "--n", "1"]) == 0
+    assert peers.main([*served, "--n", "2", "--resume"]) == 0
+    assert len(set(ports)) == 2
+    for name in ("haystack-dense", "vanilla_rag"):
+        assert len(_lines(out / name / "results.jsonl")) == 2, name
+        spec = json.loads((out / name / "run.json").read_text())
+        assert spec["endpoint"] == peers.served_endpoint("fake") == "llama-server:fake"
