@@ -124,10 +124,10 @@ class DivaConfig(ProgramConfig):
             ``"sentence"`` (default) copies the passage sentence that states the answer;
             ``"brief"`` writes the passage number and the answer's few words
             (:class:`~ambiqa.signatures.verification.VerifyRetrievalBrief`, a declared
-            deviation for fewer output tokens, off until measured: docs/methods.md).
+            deviation for fewer output tokens; measured, off by default: docs/methods.md).
         answer_words: None (default, the paper's prompt) or N >= 20: the long-answer writer
             is asked to keep its answer under N words (a declared deviation for fewer output
-            tokens, off until measured: docs/methods.md).
+            tokens; measured, off by default: docs/methods.md).
     """
 
     k_per_query: int = int_field(5)
