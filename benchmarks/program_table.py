@@ -14,11 +14,13 @@ and wall seconds as each run measured them (runs of different days on a shared 2
 machine: seconds compare loosely, tokens exactly).
 
 Both live between ``<!-- program-table:... -->`` marker lines; the text around them is prose
-and stays hand-written. D-F1 is read by ``extractive:minilm-asqa-v3`` (a stand-in for the
-ASQA paper's RoBERTa-large SQuAD2 reader): the zero-shot and older compiled runs were re-read
-by it without an LM call (``benchmarks/results/evidence-rescored``), newer runs were scored by
-it when they ran. DR is the set-level ``sqrt(mean D-F1 x mean ROUGE-L)``; a failed question
-scores 0; intervals are 95% BCa bootstrap, paired on the questions both runs hold.
+and stays hand-written. D-F1 is read by ``extractive:minilm-asqa-v4``, the reader that ships
+with ambiqa (a stand-in for the ASQA paper's RoBERTa-large SQuAD2 reader): every run's stored
+long answers were re-read by it without an LM call -- the evidence runs by
+``benchmarks/reader_rescore.py`` (``benchmarks/results/evidence-rescored-v4``), the runs made
+without a reader and the compile-v3 runs by ``benchmarks/add_d_f1.py``
+(``benchmarks/results/dr-v4``). DR is the set-level ``sqrt(mean D-F1 x mean ROUGE-L)``;
+a failed question scores 0; intervals are 95% BCa bootstrap, paired on the questions both runs hold.
 
     python -m benchmarks.program_table           # rewrite both blocks
     python -m benchmarks.program_table --check   # exit 1 if either block is out of date
@@ -47,14 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TODAY = ROOT / "benchmarks/results/sections/today.md"
 README = ROOT / "README.md"
 
-ASQA = "benchmarks/results/evidence-rescored/asqa"
-COMPILED = "benchmarks/results/evidence-rescored/asqa-compiled"
-NEW = "benchmarks/results/compile-v3/runs"
-V5 = "benchmarks/results/compile-v5/runs"
-STEP = "benchmarks/results/step-replay/runs"
+ASQA = "benchmarks/results/evidence-rescored-v4/asqa"
+COMPILED = "benchmarks/results/evidence-rescored-v4/asqa-compiled"
+#: copies of later runs with D-F1 read by the shipped reader (benchmarks/add_d_f1.py)
+DR_V4 = "benchmarks/results/dr-v4"
+NEW = f"{DR_V4}/compile-v3/runs"
+V5 = f"{DR_V4}/compile-v5/runs"
+STEP = f"{DR_V4}/step-replay/runs"
 #: zero-shot Diva from today's code (compile-v4's arm's questions, replayed with the loop guard
 #: of issue 45: benchmarks/results/loop-guard), the pair of every compile-v5 dev arm
-DIVA_GUARDED = "benchmarks/results/loop-guard/runs/on"
+DIVA_GUARDED = f"{DR_V4}/loop-guard/runs/on"
 SHORT = "benchmarks/results/evidence"
 
 
@@ -281,8 +285,9 @@ def _diva_chosen(new: str) -> Callable[[], str]:
                 f"{delta(new, DIVA_GUARDED, 'str-em')}: "
                 f"{standing(new, DIVA_GUARDED, 'str-em')}; ROUGE-L "
                 f"{delta(new, DIVA_GUARDED, 'rouge-l')}: "
-                f"{standing(new, DIVA_GUARDED, 'rouge-l')}; {_readings(new)}; median answer "
-                f"{median_words(new):.0f} words; DR not measured (no reader v3 on the machine)")
+                f"{standing(new, DIVA_GUARDED, 'rouge-l')}; DR "
+                f"{delta(new, DIVA_GUARDED, 'dr')}: {standing(new, DIVA_GUARDED, 'dr')}; "
+                f"{_readings(new)}; median answer {median_words(new):.0f} words")
     return text
 
 

@@ -1,15 +1,15 @@
 """Is a rebuilt D-F1 reader the reader that scored the stored rows?
 
-The extractive reader's weights live in ``$AMBIQA_CACHE``, not in the repository, so a new
-machine rebuilds them with the recipe in BENCHMARKS.md (``ambiqa reader train ...
---stop-at-step N`` reproduces a schedule once cut by the clock). The weights' sha256 can still
-differ between machines (floating-point order on another CPU), so before a run resumes rows
-scored by the old weights, this script re-scores every stored ASQA evidence row with the
-reader on this machine and checks that each row's D-F1 comes out the same. Only runs whose
-``run.json`` names the same reader are checked; a difference fails the script (exit 1), so
-it can stand before a ``--resume`` in a run queue.
+The default reader (``extractive:minilm-asqa-v4``) ships with ambiqa and is installed with
+the same weights sha256 everywhere; older readers live in ``$AMBIQA_CACHE`` and a new machine
+rebuilds them with the recipe in BENCHMARKS.md (``ambiqa reader train ... --stop-at-step N``).
+Reading can still differ between machines (floating-point order on another CPU), so before a
+run resumes rows scored by a reader, this script re-scores every stored ASQA row that reader
+read with the reader on this machine and checks that each row's D-F1 comes out the same.
+Only runs whose ``run.json`` names the same reader are checked; a difference fails the
+script (exit 1), so it can stand before a ``--resume`` in a run queue.
 
-    python -m benchmarks.reader_rebuild            # default reader, evidence rows
+    python -m benchmarks.reader_rebuild            # shipped reader, its re-scored rows
     python -m benchmarks.reader_rebuild --reader ~/.cache/ambiqa/readers/minilm-asqa-v2
 
 Output: ``benchmarks/results/evidence/reader-rebuild.json``.
@@ -29,6 +29,8 @@ from ambiqa.fsutil import atomic_write_json  # noqa: E402
 from benchmarks.reader import program_runs  # noqa: E402
 
 EVIDENCE = ROOT / "benchmarks/results/evidence"
+#: the stored ASQA rows read by the shipped reader (benchmarks/reader_rescore.py)
+RESCORED_V4 = ROOT / "benchmarks/results/evidence-rescored-v4"
 TOLERANCE = 1e-9
 
 
@@ -53,8 +55,8 @@ def check(reader: Any, roots: list[Path], dev_by_id: dict[str, Any]) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reader", default=None, help="reader checkpoint (default: the cache's)")
-    p.add_argument("--roots", nargs="+", default=[str(EVIDENCE / "asqa"),
-                                                  str(EVIDENCE / "asqa-compiled")])
+    p.add_argument("--roots", nargs="+", default=[str(RESCORED_V4 / "asqa"),
+                                                  str(RESCORED_V4 / "asqa-compiled")])
     p.add_argument("--out", default=str(EVIDENCE / "reader-rebuild.json"))
     args = p.parse_args(argv)
 

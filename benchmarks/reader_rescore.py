@@ -6,7 +6,8 @@ given extractive reader, and writes, without touching the old files:
 
 * ``benchmarks/results/evidence-rescored/<group>/<run>/results.jsonl`` -- the rows with
   ``metrics['d-f1']`` and ``metrics['dr_q']`` from the new reader, the old values kept beside
-  them as ``d-f1 (old)`` / ``dr_q (old)`` (the reader each came from is in ``rescored.json``);
+  them as ``d-f1 (old)`` / ``dr_q (old)`` (the reader each came from is in ``rescored.json``),
+  without the retrieved passages (the source run holds them; nothing here reads them);
 * ``benchmarks/results/evidence-rescored/rescored.{json,md}`` -- per run the old and new D-F1
   and DR (set-level, as the ASQA scorer defines DR) with 95% BCa intervals, and for every paired
   comparison the evidence tables draw (each program against closed_book, the pairs the plan
@@ -119,6 +120,14 @@ def _old_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _rel(path: Path) -> str:
+    """``path`` relative to the checkout when inside it (commands quoted in reports)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _r(x: Any) -> Any:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, 4)
 
@@ -220,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--reader DIR is needed (or --report-only)")
     from ambiqa.data.specs import load_dataset
     from ambiqa.evaluation.extractive import ExtractiveReader
+    from ambiqa.evaluation.reader import reader_identity
     from ambiqa.tracing import track
+    from benchmarks.add_d_f1 import SLIM_NOTE, slim
 
     reader = ExtractiveReader(Path(args.reader).expanduser(), threads=args.threads)
     dev_by_id = {str(e.id): e for e in load_dataset("asqa:dev")}
@@ -244,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                 dest = out / group / run_dir.name
                 dest.mkdir(parents=True, exist_ok=True)
                 atomic_write_text(dest / "results.jsonl",
-                                  "".join(json.dumps(r) + "\n" for r in new_rows))
-                atomic_write_json(dest / "run.json", {**meta, "reader": reader.name,
-                                                      "old_reader": meta.get("reader")})
+                                  "".join(json.dumps(slim(r)) + "\n" for r in new_rows))
+                atomic_write_json(dest / "run.json", {
+                    **meta, "reader": reader.name, "old_reader": meta.get("reader"),
+                    "reader_identity": reader_identity(reader), "rows": SLIM_NOTE})
                 print(f"{name}: {len(new_rows)} rows", flush=True)
     if trace.lm_calls:
         raise SystemExit(f"re-scoring made {trace.lm_calls} LM calls; it must make none")
@@ -255,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
            "null_threshold": reader.null_threshold, "reads": len(memo),
            "read_s": round(time.perf_counter() - t0, 1), "lm_calls": 0,
            "command": "python -m benchmarks.reader_rescore --reader "
-                      f"$AMBIQA_CACHE/readers/{reader.path.name}",
+                      f"$AMBIQA_CACHE/readers/{reader.path.name}"
+                      + ("" if root.resolve() == EVIDENCE else f" --root {_rel(root)}")
+                      + ("" if out.resolve() == OUT else f" --out {_rel(out)}"),
            **summarize(runs)}
     atomic_write_json(out / "rescored.json", res)
     atomic_write_text(out / "rescored.md", render(res))

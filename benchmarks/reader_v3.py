@@ -249,8 +249,9 @@ def _fmt(c: dict[str, Any] | None) -> str:
 def render(res: dict[str, Any]) -> str:
     ceil = res["reference_str_em"]
     lines = [
-        "# Reader v3: the extractive D-F1 reader on the ASQA dev reference long answers",
+        "# The extractive D-F1 readers on the ASQA dev reference long answers",
         "",
+        *([f"Command: `{res['command']}`", ""] if res.get("command") else []),
         "Every reader here is a STAND-IN for the ASQA paper's RoBERTa-large SQuAD 2.0 reader.",
         f"ASQA dev, {ceil['n']} questions; the references state {ceil['mean']:.3f} "
         f"[{ceil['ci95'][0]:.3f}, {ceil['ci95'][1]:.3f}] of their short answers (STR-EM of "
@@ -327,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reader", action="append", default=[],
                    help="reader checkpoint directory (repeatable; the first is the chosen one)")
+    p.add_argument("--stored", action="append", default=[], metavar="NAME",
+                   help="also show a reader whose reads are stored under "
+                        "benchmarks/results/reader-human/NAME*.json (its weights need not be "
+                        "here), and pair every --reader with it")
     p.add_argument("--dev", default="asqa:dev")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--threads", type=int, default=2)
@@ -342,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                         "first --reader to the stored result")
     args = p.parse_args(argv)
     out = Path(args.out)
-    res_path = out / "reader-v3.json"
+    stem = out.name if out.name.startswith("reader-v") else "reader-v3"
+    res_path = out / f"{stem}.json"
     if args.report_only:
         res = json.loads(res_path.read_text())
         if args.note:
@@ -350,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.lm_reader:
             res["lm_reader"] = json.loads(Path(args.lm_reader).read_text())
         atomic_write_json(res_path, res)
-        atomic_write_text(out / "reader-v3.md", render(res))
+        atomic_write_text(out / f"{stem}.md", render(res))
         return 0
     import torch
 
@@ -367,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         res["abstention_curve"] = {"reader": f"extractive:{first.name}", **abstention_curve(
             ExtractiveReader(first, threads=args.threads), dev)}
         atomic_write_json(res_path, res)
-        atomic_write_text(out / "reader-v3.md", render(res))
+        atomic_write_text(out / f"{stem}.md", render(res))
         print(render(res))
         return 0
     bench = _reader_module()
@@ -393,6 +399,16 @@ def main(argv: list[str] | None = None) -> int:
         readers.append(summarize(old["key"]["reader"], oh, stated, json.loads(
             (OLD.parent / "minilm-asqa-v2-holdout50-long.json").read_text())["holdout"], None))
         per_q["old"], per_pair["old"] = oh["per_question_d_f1"], oh["per_pair_f1"]
+    stored_names = []
+    for name in args.stored:
+        rec = json.loads((OLD.parent / f"{name}.json").read_text())
+        if rec["key"]["ids"] != ids or rec["key"]["limit"] != args.limit:
+            raise SystemExit(f"--stored {name}: its reads are of other questions")
+        held = json.loads((OLD.parent / f"{name}-holdout50-long.json").read_text())["holdout"]
+        readers.append(summarize(rec["key"]["reader"], rec["human"], stated, held, None))
+        per_q[rec["key"]["reader"]] = rec["human"]["per_question_d_f1"]
+        per_pair[rec["key"]["reader"]] = rec["human"]["per_pair_f1"]
+        stored_names.append(rec["key"]["reader"])
     for path in args.reader:
         reader = ExtractiveReader(Path(path).expanduser(), threads=args.threads)
         print(f"reading the references with {reader.name}…", flush=True)
@@ -415,6 +431,14 @@ def main(argv: list[str] | None = None) -> int:
             res["paired"][f"token F1 (answerable pairs) {r['reader']} − "
                           f"{readers[0]['reader']}"] = paired(per_pair[r["reader"]],
                                                               per_pair["old"])
+    for r in readers:
+        if r["reader"] in stored_names or r["reader"] not in per_q or r is readers[0]:
+            continue
+        for other in stored_names:
+            res["paired"][f"D-F1 {r['reader']} − {other}"] = paired(per_q[r["reader"]],
+                                                                    per_q[other])
+            res["paired"][f"token F1 (answerable pairs) {r['reader']} − {other}"] = paired(
+                per_pair[r["reader"]], per_pair[other])
     if args.speed_n and args.reader:
         res["speed"] = speed(Path(args.reader[0]).expanduser(),
                              Path(args.mpnet) if args.mpnet else None, dev, args.speed_n)
@@ -422,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         res["lm_reader"] = json.loads(Path(args.lm_reader).read_text())
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(res_path, res)
-    atomic_write_text(out / "reader-v3.md", render(res))
+    atomic_write_text(out / f"{stem}.md", render(res))
     print(render(res))
     return 0
 

@@ -40,14 +40,6 @@ def corpus_passages(shared_data):
 
 
 @pytest.fixture()
-def no_trained_reader(tmp_path, monkeypatch) -> None:
-    """No extractive reader in the cache, whatever ``$AMBIQA_CACHE`` holds: D-F1 falls back
-    to the LM stand-in (a developer's cache may hold a trained reader)."""
-    monkeypatch.setattr("ambiqa.evaluation.extractive.readers_dir",
-                        lambda: tmp_path / "no-readers")
-
-
-@pytest.fixture()
 def memory_retriever(corpus_passages):
     from ambiqa.retrieval.base import InMemoryRetriever
 

@@ -129,6 +129,8 @@ CLI_PAST_API_ALLOWED: dict[tuple[str, str], str] = {
     ("ambiqa.cli.optimize_cmds", "ambiqa.programs.registry"): _LIGHT,
     ("ambiqa.cli.reader_cmds", "ambiqa.evaluation.extractive"): "issue 44: reader commands",
     ("ambiqa.cli.reader_cmds", "ambiqa.jsonio"): "issue 44: reader commands",
+    ("ambiqa.cli.reader_cmds", "ambiqa.evaluation.shipped_reader"):
+        "issue 42: `ambiqa reader install`",
     ("ambiqa.cli.reader_cmds", "ambiqa.reader_training"): "issue 44: reader commands",
     ("ambiqa.cli.retrieval_cmds", "ambiqa.data"): "issue 44: index commands",
     ("ambiqa.cli.retrieval_cmds", "ambiqa.data.corpus"): "issue 44: index commands",

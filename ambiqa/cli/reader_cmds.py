@@ -90,6 +90,16 @@ def cmd_reader_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reader_install(args: argparse.Namespace) -> int:
+    from ambiqa.evaluation.extractive import verify_checkpoint
+    from ambiqa.evaluation.shipped_reader import install_shipped_reader
+
+    path = install_shipped_reader(force=args.force, log=lambda m: print(m, flush=True))
+    manifest = verify_checkpoint(path)
+    print(f"{manifest['name']} at {path} (weights sha256 {manifest['weights']['sha256']})")
+    return 0
+
+
 def cmd_reader_calibrate(args: argparse.Namespace) -> int:
     from ambiqa.evaluation.extractive import default_reader_dir
     from ambiqa.reader_training import calibrate_and_validate
@@ -120,7 +130,7 @@ _DEV_HELP = "validation data for the manifest (default asqa:dev)"
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``ambiqa reader train|info``."""
-    p = sub.add_parser("reader", help="the extractive Disambig-F1 reader (train, info)")
+    p = sub.add_parser("reader", help="the extractive Disambig-F1 reader (install, info, train)")
     rsub = p.add_subparsers(dest="reader_command", required=True)
     t = rsub.add_parser("train", help="fine-tune an extractive QA reader on ASQA training long "
                                       "answers (CPU, resumable)")
@@ -129,8 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--no-validate", action="store_true", help="skip validation")
     t.add_argument("--name", default="minilm-asqa",
                    help="checkpoint name under $AMBIQA_CACHE/readers (default minilm-asqa; "
-                        "D-F1 uses the first finished of DEFAULT_READER_ORDER: "
-                        "minilm-asqa-v2, then minilm-asqa)")
+                        "D-F1 reads with the shipped minilm-asqa-v4 unless --reader names "
+                        "another)")
     t.add_argument("--out", default=None, help="output directory (outside any git checkout)")
     t.add_argument("--base", default=None,
                    help="local encoder directory (default: packaged all-MiniLM-L6-v2)")
@@ -220,6 +230,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     f.set_defaults(fn=cmd_reader_finish)
 
+    n = rsub.add_parser("install", help="put the reader that ships with ambiqa "
+                                         "(extractive:minilm-asqa-v4) into the cache; D-F1 "
+                                         "does this on first use")
+    n.add_argument("--force", action="store_true",
+                   help="rebuild it even if the cache holds it (after a corrupt copy)")
+    n.set_defaults(fn=cmd_reader_install)
     i = rsub.add_parser("info", help="check a reader checkpoint and print its manifest")
     i.add_argument("path", nargs="?", default=None,
                    help="checkpoint directory (default: the default reader in the cache)")

@@ -5,18 +5,19 @@ the system's long answer. The official reader is RoBERTa-large fine-tuned on SQu
 model hub is reachable here, so three readers exist and every report names the one it used
 (``reader.name``):
 
-* :class:`~ambiqa.evaluation.extractive.ExtractiveReader` -- the default when it has been
-  built: all-MiniLM-L6-v2 with a span head trained here on ASQA *training* long answers by
-  ``ambiqa reader train`` (``$AMBIQA_CACHE/readers/minilm-asqa[-v2]``). Deterministic, no LM call,
-  reads long contexts in strides. Name ``extractive:<checkpoint dir name>``.
+* :class:`~ambiqa.evaluation.extractive.ExtractiveReader` -- the default: all-MiniLM-L6-v2
+  with a span head trained on ASQA, HotpotQA and AmbigNQ *training* data. The default one,
+  ``extractive:minilm-asqa-v4``, ships with ambiqa (:mod:`ambiqa.evaluation.shipped_reader`
+  installs it into the cache on first use); ``ambiqa reader train`` trains others. Deterministic,
+  no LM call, reads long contexts in strides. Name ``extractive:<checkpoint dir name>``.
 * :class:`HFQAReader` -- any other local extractive QA checkpoint directory (e.g. a
   RoBERTa-large SQuAD2 copy the user already has), run the way the ASQA scorer runs it: the
   transformers question-answering pipeline with the "no answer" option enabled (which strides
   over long contexts too). Name ``hf:<dirname>``.
 * :class:`LMReader` -- a stand-in: the configured (or given) DSPy LM asked to copy a short
   answer from the context, or say "unknown". Name ``lm-reader:<model id>``. It costs one LM
-  call per disambiguated question and lets the program's LM grade itself; used when no
-  extractive reader is built, or when asked for with ``--reader lm``.
+  call per disambiguated question and lets the program's LM grade itself; used only when asked
+  for with ``--reader lm``.
 
 Scores from any of them are not comparable to published D-F1 numbers (a different reader).
 An empty answer means "no answer", like a SQuAD 2.0 reader's null prediction.
@@ -30,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.evaluation import extractive as ex
+from ambiqa.evaluation.shipped_reader import ensure_installed
 from ambiqa.lm import lm_id
 from ambiqa.lm.failures import lm_failure_in
 from ambiqa.signatures.answering import ReadShortAnswer
@@ -170,11 +172,10 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
 
     ``checkpoint``:
 
-    * ``None`` or ``""`` -- the extractive reader in the cache
-      (:func:`~ambiqa.evaluation.extractive.default_reader_dir`: the first finished of
-      ``DEFAULT_READER_ORDER``, e.g. ``$AMBIQA_CACHE/readers/minilm-asqa-v2`` before
-      ``minilm-asqa``), else the LM stand-in. A finished but corrupt default checkpoint is
-      an error, never a silent switch to another reader;
+    * ``None`` or ``""`` -- the shipped extractive reader (``extractive:minilm-asqa-v4``,
+      :func:`~ambiqa.evaluation.extractive.default_reader_dir`, installed into the cache from
+      the package on first use). The LM stand-in is never a silent fallback: a missing or
+      corrupt default is an error;
     * ``"lm"`` -- the LM stand-in (:class:`LMReader`, with ``lm`` or the configured LM);
     * ``"extractive"`` / ``"extractive:NAME"`` -- a reader trained here, by name in the cache;
     * a directory -- a reader trained here (it has a ``reader_manifest.json``) or any local
@@ -187,14 +188,13 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
     if spec.lower() == "lm":
         return LMReader(lm)
     if not spec:
-        default = ex.default_reader_dir()
-        if (default / ex.MANIFEST_NAME).is_file():
-            return ex.ExtractiveReader(default)
-        return LMReader(lm)
+        ensure_installed(ex.default_reader_dir())
+        return ex.ExtractiveReader(ex.default_reader_dir())
     if spec.lower() == "extractive" or spec.lower().startswith("extractive:"):
         name = spec.partition(":")[2].strip() or ex.default_reader_dir().name
         path = Path(name).expanduser() if ("/" in name or name.startswith("~")) \
             else ex.readers_dir() / name
+        ensure_installed(path)
         return ex.ExtractiveReader(path)
     path = Path(spec).expanduser()
     if ex.is_reader_checkpoint(path):
@@ -227,10 +227,9 @@ def reader_identity(reader: Any) -> dict[str, Any]:
 
 def stand_in_note(reader: Any, explicit: bool) -> str | None:
     """The one line a run prints when D-F1 is read by the LM stand-in although nobody asked
-    for it (no extractive reader is installed); None otherwise."""
+    for it (an API caller passed an LMReader without saying so); None otherwise."""
     if not isinstance(reader, LMReader) or explicit:
         return None
     return ("note: D-F1/DR are read by the LM stand-in (the LM under test grades its own "
-            "answers): no extractive reader is installed, so these scores are not comparable "
-            "with BENCHMARKS.md; pass --reader lm to say you mean it, or install the reader "
-            "(benchmarks/setup_evidence.sh)")
+            "answers), so these scores are not comparable with BENCHMARKS.md; pass --reader lm "
+            "to say you mean it, or leave --reader out for the shipped extractive reader")

@@ -41,14 +41,15 @@ from ambiqa import fsutil
 from ambiqa.data.specs import is_training_split, load_dataset
 from ambiqa.errors import ConfigError, ModelError
 from ambiqa.evaluation.extractive import (
+    DEFAULT_READER_NAME,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     WEIGHTS_NAME,
     ExtractiveReader,
-    default_reader_dir,
     pad_batch,
     readers_dir,
 )
+from ambiqa.evaluation.shipped_reader import assemble_reader_model
 from ambiqa.fsutil import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from ambiqa.reader_training.config import TrainConfig
 from ambiqa.reader_training.data import (
@@ -173,7 +174,8 @@ def train_reader(out_dir: str | Path | None = None, *, config: TrainConfig | Non
         if spec and not is_training_split(spec):
             raise ConfigError(f"refusing to train the reader on evaluation data '{spec}'",
                               hint="use training splits, e.g. --train asqa:train")
-    out = Path(out_dir).expanduser() if out_dir is not None else default_reader_dir()
+    out = (Path(out_dir).expanduser() if out_dir is not None
+           else readers_dir() / DEFAULT_READER_NAME)
     refuse_repo_output(out)
     if (out / MANIFEST_NAME).is_file() and not fresh and not (out / "work").exists():
         try:
@@ -527,10 +529,7 @@ def finish_from_device(out_dir: str | Path, shards: list[str | Path], *, pack: s
     (``run``: lr, epochs, the chosen epoch and its holdout history), then the null threshold is
     calibrated and the reader validated as after ``ambiqa reader train``.
     """
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from safetensors.torch import save_file
 
     meta = json.loads((Path(pack) / "pack.json").read_text(encoding="utf-8"))
     known = set(TrainConfig.__dataclass_fields__)
@@ -545,25 +544,7 @@ def finish_from_device(out_dir: str | Path, shards: list[str | Path], *, pack: s
                          hint="finish on the machine (encoder package) that made the pack")
     out = Path(out_dir).expanduser()
     refuse_repo_output(out)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        model = AutoModelForQuestionAnswering.from_pretrained(base, local_files_only=True,
-                                                              use_safetensors=True)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    trained: dict[str, Any] = {}
-    for shard in shards:
-        trained.update({k: v.float() for k, v in load_file(str(shard)).items()})
-    emb = model.get_input_embeddings()
-    with torch.no_grad():
-        emb.weight.copy_(emb.weight.half().float())
-    missing, unexpected = model.load_state_dict(trained, strict=False)
-    if unexpected or any(not k.endswith("word_embeddings.weight") for k in missing):
-        raise ModelError(f"the trained shards do not fit the encoder (missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]})")
-    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    model, tokenizer = assemble_reader_model(base, [Path(x) for x in shards])
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()},

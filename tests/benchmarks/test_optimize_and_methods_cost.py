@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 
-def test_optimize_benchmark_runs_and_resumes(tmp_path, shared_data, no_trained_reader):
+def test_optimize_benchmark_runs_and_resumes(tmp_path, shared_data):
     from benchmarks import optimize
 
     argv = ["--lm", "fake", "--retriever", "bm25", "--programs", "vanilla_rag,resp",
@@ -25,7 +25,7 @@ def test_optimize_benchmark_runs_and_resumes(tmp_path, shared_data, no_trained_r
     eor = next(r for r in rows if r["kind"] == "eor")
     assert eor["trials"] == 60 and set(eor) >= {"train", "webq:dev", "nq:oracle"}
     table = (tmp_path / "optimize-fake.md").read_text()
-    assert "| vanilla_rag | labeled | d-f1 (lm-reader:openai/fake) |" in table
+    assert "| vanilla_rag | labeled | d-f1 (extractive:minilm-asqa-v4) |" in table
     assert "EoR voter" in table and (tmp_path / "eor-weights-fake.png").is_file()
     # rerun: every pair and every EoR cache is reused; only the EoR tuning row is redone
     n_caches = len(list(tmp_path.glob("eor-*-fake.json")))

@@ -76,6 +76,7 @@ def test_doctor_prepare_assembles_the_model_and_builds_the_extensions_first(monk
     """``ambiqa doctor --prepare`` (scripts/demo.sh runs it after the install) does the
     first run's one-time work, then the checks."""
     import ambiqa.cli.retrieval_cmds as retrieval_cmds
+    import ambiqa.evaluation.shipped_reader as shipped_reader
     import ambiqa.lm.models as models
     import ambiqa.retrieval.colbert.extensions as extensions
     from ambiqa.cli import main
@@ -86,6 +87,8 @@ def test_doctor_prepare_assembles_the_model_and_builds_the_extensions_first(monk
                         lambda: calls.append("extensions") or ["ColBERT"])
     monkeypatch.setattr(retrieval_cmds, "run_checks",
                         lambda **kw: calls.append("checks") or True)
+    monkeypatch.setattr(shipped_reader, "install_shipped_reader",
+                        lambda: calls.append("reader") or "minilm-asqa-v4")
     assert main(["doctor", "--prepare"]) == 0
-    assert calls == [models.DEFAULT_MODEL, "extensions", "checks"]
+    assert calls == [models.DEFAULT_MODEL, "extensions", "reader", "checks"]
     assert "prepared: colbert-ai's C++ extensions for ColBERT" in capsys.readouterr().out

@@ -399,42 +399,25 @@ def test_corrupt_or_missing_checkpoint_is_refused(tiny_reader, tmp_path) -> None
     assert "not-built" in str(err.value) and "ambiqa reader train" in str(err.value)
 
 
-def test_default_reader_selection(tiny_reader, tmp_path, monkeypatch) -> None:
+def test_default_reader_is_the_shipped_one_and_never_the_lm(tiny_reader, tmp_path,
+                                                          monkeypatch) -> None:
     from ambiqa.evaluation.extractive import ExtractiveReader
     from ambiqa.evaluation.reader import LMReader, make_reader
 
     out, _ = tiny_reader
     monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path))
-    assert isinstance(make_reader(None), LMReader)  # nothing built: the LM stand-in
+    reader = make_reader(None)  # nothing in the cache: installed from the package
+    assert isinstance(reader, ExtractiveReader) and reader.name == "extractive:minilm-asqa-v4"
+    assert (tmp_path / "readers" / "minilm-asqa-v4" / MANIFEST_NAME).is_file()
+    assert make_reader("extractive").name == "extractive:minilm-asqa-v4"
+    assert isinstance(make_reader("lm"), LMReader)  # the LM grades only when asked
     shutil.copytree(out, tmp_path / "readers" / "minilm-asqa")
-    reader = make_reader(None)
-    assert isinstance(reader, ExtractiveReader) and reader.name == "extractive:minilm-asqa"
-    assert isinstance(make_reader("lm"), LMReader)
-    assert make_reader("extractive").name == "extractive:minilm-asqa"
-    # a finished but damaged default is an error, not a silent switch to the LM reader
-    (tmp_path / "readers" / "minilm-asqa" / WEIGHTS_NAME).write_bytes(b"broken")
-    with pytest.raises(ModelError, match="corrupt reader checkpoint"):
-        make_reader(None)
-
-
-def test_default_reader_is_the_first_finished_in_the_order(tiny_reader, tmp_path,
-                                                          monkeypatch) -> None:
-    from ambiqa.evaluation import extractive as ex
-    from ambiqa.evaluation.reader import make_reader
-
-    out, _ = tiny_reader
-    monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path))
-    monkeypatch.setattr(ex, "DEFAULT_READER_ORDER", ("better", "minilm-asqa"))
-    assert ex.default_reader_dir() == tmp_path / "readers" / "minilm-asqa"  # nothing built
-    shutil.copytree(out, tmp_path / "readers" / "minilm-asqa")
-    (tmp_path / "readers" / "better").mkdir()  # unfinished (no manifest): not chosen
-    assert make_reader(None).name == "extractive:minilm-asqa"
-    shutil.rmtree(tmp_path / "readers" / "better")
-    shutil.copytree(out, tmp_path / "readers" / "better")
-    assert make_reader(None).name == "extractive:better"
-    assert make_reader("extractive").name == "extractive:better"
     assert make_reader("extractive:minilm-asqa").name == "extractive:minilm-asqa"
-    assert ex.DEFAULT_READER_NAME in ex.DEFAULT_READER_ORDER  # the build default is a fallback
+    # a damaged default is an error naming the repair, not a silent switch to another reader
+    (tmp_path / "readers" / "minilm-asqa-v4" / WEIGHTS_NAME).write_bytes(b"broken")
+    with pytest.raises(ModelError, match="corrupt reader checkpoint") as err:
+        make_reader(None)
+    assert "ambiqa reader install --force" in (err.value.hint or "")
 
 
 def test_d_f1_with_the_extractive_reader_makes_no_lm_call(tiny_reader) -> None:
@@ -523,12 +506,13 @@ def test_stop_at_step_rebuilds_a_clock_cut_reader_exactly(tmp_path, shared_data)
                      log=lambda m: None)
 
 
-def test_runs_record_which_weights_read_d_f1_and_say_when_the_lm_grades_itself(
+def test_runs_record_which_weights_read_d_f1_and_the_lm_reads_only_when_asked(
         tiny_reader, tmp_path, use_lm, caplog, monkeypatch) -> None:
     import logging
 
     import ambiqa
     from ambiqa.data import load_dataset
+    from ambiqa.evaluation.shipped_reader import shipped_spec
     from ambiqa.fsutil import sha256_file
     from ambiqa.testing import scripted_lm
 
@@ -543,13 +527,16 @@ def test_runs_record_which_weights_read_d_f1_and_say_when_the_lm_grades_itself(
                         "weights_sha256": sha256_file(out / WEIGHTS_NAME)}
     assert identity["weights_sha256"] in (tmp_path / "x" / "report.md").read_text()
     assert run.spec.reader == "extractive:tiny"
-    # no extractive reader installed and none asked for: the LM stand-in reads, loudly
+    # the LM reads only when asked for (and then quietly: it was asked for) ...
     with caplog.at_level(logging.WARNING, logger="ambiqa.api.jobs"):
         ambiqa.evaluate("closed_book", data, metrics="d-f1", out=tmp_path / "y",
                         reader="lm")
-        assert not [r for r in caplog.records if "LM stand-in" in r.getMessage()]
-        monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path / "empty-cache"))
-        ambiqa.evaluate("closed_book", data, metrics="d-f1", out=tmp_path / "z")
-    assert [r for r in caplog.records if "LM stand-in" in r.getMessage()]
-    lm_identity = json.loads((tmp_path / "z" / "run.json").read_text())["reader_identity"]
+    assert not [r for r in caplog.records if "LM stand-in" in r.getMessage()]
+    lm_identity = json.loads((tmp_path / "y" / "run.json").read_text())["reader_identity"]
     assert lm_identity["kind"] == "lm" and "not comparable" in lm_identity["note"]
+    # ... and on a machine that has no reader yet, none asked for, the shipped one reads
+    monkeypatch.setenv("AMBIQA_CACHE", str(tmp_path / "empty-cache"))
+    ambiqa.evaluate("closed_book", data, metrics="d-f1", out=tmp_path / "z")
+    shipped = json.loads((tmp_path / "z" / "run.json").read_text())["reader_identity"]
+    assert shipped == {"name": "extractive:minilm-asqa-v4", "kind": "extractive",
+                       "weights_sha256": shipped_spec()["weights_sha256"]}

@@ -436,10 +436,12 @@ def test_hf_reader_rejects_bad_directories(tiny_checkpoints, tmp_path):
         HFQAReader(tiny_checkpoints["tiny-base"])
 
 
-def test_make_reader_defaults_to_the_lm_stand_in(use_lm, no_trained_reader):
-    use_lm(scripted_lm({}))
-    assert isinstance(make_reader(None), LMReader)
+def test_make_reader_uses_the_lm_only_when_asked(use_lm):
+    lm = use_lm(scripted_lm({}))
+    reader = make_reader(None)
+    assert not isinstance(reader, LMReader) and reader.name == "extractive:minilm-asqa-v4"
     assert isinstance(make_reader("lm"), LMReader)
+    assert not lm.engine.calls
 
 
 # ---------------------------------------------------------------- short answers, several golds
