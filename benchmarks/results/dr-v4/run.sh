@@ -23,3 +23,8 @@ ambiqa compare $D/loop-guard/runs/on $D/compile-v5/runs/diva-clarify-signal-guar
 # the compile's own validation questions (12 held-out ASQA *training* questions)
 ambiqa compare $D/compile-v5/runs/val-zeroshot $D/compile-v5/runs/val-clarify-signal2 \
   $D/compile-v5/runs/val-clarify-gold1 --out $D/compare-val --metrics str-em,rouge-l,d-f1,dr
+# issue 46's second target: the compiled Diva arms against the best compiled vanilla_rag
+# (labeled, by DR read by v4), the same 60 dev questions
+ambiqa compare benchmarks/results/evidence-rescored-v4/asqa-compiled/vanilla_rag-labeled \
+  $D/compile-v5/runs/diva-clarify-signal-guarded $D/compile-v5/runs/diva-clarify-gold-guarded \
+  $D/loop-guard/runs/on --out $D/compare-vs-vanilla --metrics str-em,rouge-l,d-f1,dr
