@@ -28,3 +28,11 @@ ambiqa compare $D/compile-v5/runs/val-zeroshot $D/compile-v5/runs/val-clarify-si
 ambiqa compare benchmarks/results/evidence-rescored-v4/asqa-compiled/vanilla_rag-labeled \
   $D/compile-v5/runs/diva-clarify-signal-guarded $D/compile-v5/runs/diva-clarify-gold-guarded \
   $D/loop-guard/runs/on --out $D/compare-vs-vanilla --metrics str-em,rouge-l,d-f1,dr
+# issue 45: the peers' runs (benchmarks/results/peers, n = 30) in D-F1 and DR, with zero-shot
+# Diva's dev rows on the same questions (embedded 1.5B, not the peers' server: flagged)
+python -m benchmarks.add_d_f1 $R/peers/vanilla_rag $R/peers/haystack-dense \
+  $R/peers/llamaindex-dense
+ambiqa compare $D/peers/vanilla_rag $D/peers/haystack-dense $D/peers/llamaindex-dense \
+  $D/loop-guard/runs/on --out $D/compare-peers --metrics str-em,rouge-l,d-f1,dr
+ambiqa compare $D/peers/haystack-dense $D/peers/llamaindex-dense $D/loop-guard/runs/on \
+  --out $D/compare-peers-diva --metrics str-em,rouge-l,d-f1,dr
