@@ -9,10 +9,11 @@ the engine behind it: two endpoints serving a model of the same name shared thei
 replies, so a run against a dead ``--api-base`` was answered from another endpoint's cache
 (issue 42). Each LM therefore carries :func:`answer_identity` -- everything that changes an
 answer but is not in the request: the endpoint (credentials removed), the key variable's name,
-the embedded model and its output caps -- as a cache keyword (see
+the embedded model and whether its output caps are on -- as a cache keyword (see
 :data:`~ambiqa.lm.resilience.CACHE_IDENTITY_KEY`). And since a cache can still answer for an
 endpoint that went down since, the command line probes the endpoint before it runs
-(:func:`check_reachable`).
+(:func:`check_reachable`). The caps' values reach the key as each call's ``max_tokens``
+(:class:`~ambiqa.lm.capped.CappedLM`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from ambiqa.envutil import env_int
 from ambiqa.errors import ConfigError, LMUnavailableError
 from ambiqa.lm.adapter import ListTolerantChatAdapter
+from ambiqa.lm.capped import CappedLM
 from ambiqa.lm.embedded import EmbeddedSettings, XLlamaEngine
 from ambiqa.lm.endpoint import EndpointEngine
 from ambiqa.lm.models import DEFAULT_MODEL, FAST_MODEL, assemble_model
@@ -67,7 +69,9 @@ def embedded_lm(settings: EmbeddedSettings | None = None, *, cache: bool = True,
     identity = answer_identity("embedded", settings.model, n_ctx=settings.n_ctx,
                                output_caps=settings.output_caps,
                                stop_at_marker=settings.stop_at_marker, **unguarded)
-    return dspy.LM(
+    # with output caps on, each call's cap is its max_tokens, so the response cache keys on it
+    lm_class = CappedLM if settings.output_caps else dspy.LM
+    return lm_class(
         f"embedded/{settings.model}",
         engine=ResilientEngine(engine, policy, model=f"embedded/{settings.model}",
                                output_caps=settings.output_caps,

@@ -252,6 +252,51 @@ def test_output_caps_and_stop_marker_are_applied_per_signature(use_lm):
     assert t.by_signature()["ClosedBookLongAnswer"]["truncated"] == 1
 
 
+def test_a_changed_output_cap_is_not_answered_from_the_cache(use_lm, tmp_path, monkeypatch):
+    """The cap is part of what answers a call, so the response cache keys on it (issue 42):
+    replies stored under a signature's old cap must not answer after the cap moved (a run
+    did, when VerifyRetrievalBrief's cap went from 64 to 128)."""
+    import dspy
+    from dspy.clients.cache import Cache
+
+    from ambiqa.lm.capped import CappedLM
+    from ambiqa.signatures.verification import VerifyInterpretation
+
+    monkeypatch.setattr(dspy, "cache", Cache(enable_disk_cache=True, enable_memory_cache=True,
+                                             disk_cache_dir=str(tmp_path / "cache")))
+    reply = llama_reply("[[ ## supported ## ]]\nTrue", 300, 300, 0, 5)
+    server = FakeLlamaServer([reply, reply, reply])
+    settings = L.EmbeddedSettings(model=L.FAST_MODEL)
+    engine = L.XLlamaEngine("/nonexistent.gguf", settings)
+    engine._server = server
+    lm = CappedLM("embedded/fake", engine=L.ResilientEngine(
+        engine, L.RetryPolicy(timeout_s=None), output_caps=True), cache=True, num_retries=0,
+        max_tokens=512)
+    use_lm(lm)
+    ask = dspy.Predict(VerifyInterpretation)
+    ask(interpretation="q?", passages="[1] p")
+    ask(interpretation="q?", passages="[1] p")  # the same call: from the cache
+    assert len(server.bodies) == 1
+    assert server.bodies[0]["max_tokens"] == VerifyInterpretation.output_cap_tokens
+    monkeypatch.setattr(VerifyInterpretation, "output_cap_tokens",
+                        VerifyInterpretation.output_cap_tokens * 2)
+    ask(interpretation="q?", passages="[1] p")  # the cap moved: asked anew
+    assert len(server.bodies) == 2
+    assert server.bodies[1]["max_tokens"] == VerifyInterpretation.output_cap_tokens
+
+
+def test_the_embedded_lm_carries_its_caps_to_the_cache_key(monkeypatch):
+    import ambiqa.lm.factory as factory
+    from ambiqa.lm.capped import CappedLM
+
+    monkeypatch.setattr(factory, "assemble_model", lambda name: "/nonexistent.gguf")
+    monkeypatch.setattr(factory, "XLlamaEngine", lambda path, settings: object())
+    monkeypatch.setattr(factory, "_ENGINES", {})
+    assert isinstance(factory.embedded_lm(L.EmbeddedSettings(model=L.FAST_MODEL)), CappedLM)
+    legacy = L.EmbeddedSettings(model=L.FAST_MODEL, output_caps=False)
+    assert not isinstance(factory.embedded_lm(legacy), CappedLM)
+
+
 def test_legacy_settings_send_no_caps_and_no_stop(use_lm):
     import dspy
 
