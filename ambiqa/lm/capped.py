@@ -4,8 +4,9 @@ Each signature states the most output tokens its reply needs (``output_cap_token
 engine applies the cap (:class:`~ambiqa.lm.resilience.ResilientEngine`). Applied only there,
 below DSPy, the cap never reached DSPy's response cache key: a run after a cap changed was
 answered with the replies made under the old cap (issue 42's rule: the cache keys on
-everything that changes an answer). Found when VerifyRetrievalBrief's cap moved from 64 to
-128 and a 60-question run replayed all 419 calls, the 52 cut at 64 tokens among them.
+everything that changes an answer). Found when VerifyRetrievalBrief's cap was tried at 128
+instead of 64 and a 60-question run replayed all 419 calls, the 52 cut at 64 tokens among
+them.
 
 So the cap travels as the call's ``max_tokens`` (the lower of it and the LM's own), which DSPy
 keys on. Replies cached before this change, keyed without the cap, no longer replay for
