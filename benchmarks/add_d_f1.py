@@ -91,12 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         ap.error(f"no results.jsonl in: {', '.join(missing)}")
     from ambiqa.data.specs import load_dataset
-    from ambiqa.evaluation.extractive import ExtractiveReader
+    from ambiqa.evaluation.extractive import ExtractiveReader, default_reader_dir
     from ambiqa.evaluation.reader import reader_identity
+    from ambiqa.evaluation.shipped_reader import ensure_installed
     from ambiqa.tracing import track
 
-    reader = ExtractiveReader(Path(args.reader).expanduser() if args.reader else None,
-                              threads=args.threads)
+    path = Path(args.reader).expanduser() if args.reader else default_reader_dir()
+    ensure_installed(path)  # the shipped reader, installed from the package when missing
+    reader = ExtractiveReader(path, threads=args.threads)
     questions = {str(e.id): e for spec in ("asqa:train", "asqa:dev")
                  for e in load_dataset(spec)}
     with track() as trace:

@@ -453,7 +453,7 @@ def _side_by_side(result: dict[str, Any]) -> list[str]:
         "questions, kept out of the new reader's training (the old reader trained on those "
         "questions' long answers, never their passages, so the long-answer holdout favours "
         "it). The default reader is chosen on the **holdout long answers** (what D-F1 reads): "
-        "a new reader goes first in `DEFAULT_READER_ORDER` "
+        "a new reader becomes the default (`SHIPPED_NAME`) "
         "(ambiqa/evaluation/extractive.py) only when its SQuAD 2.0 F1 there is higher. ASQA "
         "dev is reported, never used to choose. The passage holdout shows the other side: the "
         "new reader abstains on most held-out passages (answerable F1 lower, no-answer "

@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from ambiqa.data.specs import load_dataset
     from ambiqa.evaluation.extractive import ExtractiveReader, default_reader_dir
+    from ambiqa.evaluation.shipped_reader import ensure_installed
 
     path = Path(args.reader).expanduser() if args.reader else default_reader_dir()
+    ensure_installed(path)  # the shipped reader, installed from the package when missing
     reader = ExtractiveReader(path)
     t0 = time.perf_counter()
     result = check(reader, [Path(r) for r in args.roots],

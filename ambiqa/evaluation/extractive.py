@@ -67,13 +67,12 @@ def readers_dir() -> Path:
 SHIPPED_NAME = "minilm-asqa-v4"
 #: how the user (re)installs the shipped reader
 INSTALL_COMMAND = "ambiqa reader install"
-DEFAULT_READER_ORDER: tuple[str, ...] = (SHIPPED_NAME,)
 
 
 def default_reader_dir() -> Path:
     """The checkpoint D-F1 uses by default: ``$AMBIQA_CACHE/readers/minilm-asqa-v4``, the
     shipped reader (:func:`ambiqa.evaluation.reader.make_reader` installs it on first use)."""
-    return readers_dir() / DEFAULT_READER_ORDER[0]
+    return readers_dir() / SHIPPED_NAME
 
 
 def is_shipped(path: Path) -> bool:

@@ -188,8 +188,9 @@ def make_reader(checkpoint: str | None = None, *, lm: Any = None) -> Reader:
     if spec.lower() == "lm":
         return LMReader(lm)
     if not spec:
-        ensure_installed(ex.default_reader_dir())
-        return ex.ExtractiveReader(ex.default_reader_dir())
+        default = ex.default_reader_dir()
+        ensure_installed(default)
+        return ex.ExtractiveReader(default)
     if spec.lower() == "extractive" or spec.lower().startswith("extractive:"):
         name = spec.partition(":")[2].strip() or ex.default_reader_dir().name
         path = Path(name).expanduser() if ("/" in name or name.startswith("~")) \
