@@ -20,10 +20,13 @@ program and demo-plan variants).
   (``sqrt(mean D-F1 × mean ROUGE-L)``, :mod:`ambiqa.evaluation.stats`); the mean of the
   per-question roots, which is what a candidate's per-question scores average to in
   ``select.py``, is kept in the JSON and named in the notes where it decides otherwise.
-  ``d-f1-cov`` is the mean of a question's D-F1 and STR-EM.
-* **Reader**: D-F1 depends on it. A compiled run stored twice with the same answers (the
-  ``evidence-rescored/`` copy re-scored by reader v3) is replayed on the v3 copy, paired with a
-  zero-shot run read by the same reader; the other copy's replay is listed below the table.
+  ``d-f1-cov`` is the mean of a question's D-F1 and STR-EM, ``str-rouge`` of its STR-EM and
+  ROUGE-L.
+* **Reader**: D-F1 depends on it. A compiled run stored several times with the same answers
+  (``evidence-rescored-v4/`` and ``dr-v4/`` hold copies re-scored by the shipped reader v4,
+  ``evidence-rescored/`` by v3) is replayed on the copy read by ``--reader`` (default v4, the
+  reader that ships), paired with a zero-shot run read by the same reader; the other copies'
+  replays are listed below the table.
 * **Decision**: compiled mean > zero-shot mean: "would have shipped"; otherwise "would have
   refused". **Interval**: the paired 95% BCa interval of compiled − zero-shot
   (:func:`ambiqa.evaluation.stats.paired_interval`): "above 0", "below 0" or "undecided at
@@ -39,6 +42,8 @@ and index, sharing the most questions. ``compile-v4/`` is left out, not read (it
 progress, made after the guard existed).
 
     python -m benchmarks.guard_replay
+    python -m benchmarks.guard_replay --reader extractive:minilm-asqa-v3 \
+        --out benchmarks/results/guard-replay/guard_replay-v3
 
 Writes ``benchmarks/results/guard-replay/guard_replay.md`` and ``guard_replay.json``
 (atomically: temp file + rename).
@@ -75,8 +80,9 @@ OUT = f"{RESULTS}/guard-replay/guard_replay"
 COMMAND = "python -m benchmarks.guard_replay"
 #: run directories left out, not read (relative to results/): in progress
 EXCLUDE = ("compile-v4",)
-#: the reader whose copy of a run is replayed when a run is stored under several readers
-PREFERRED_READER = "extractive:minilm-asqa-v3"
+#: the reader whose copy of a run is replayed when a run is stored under several readers:
+#: the one that ships with ambiqa (v3's weights did not travel; its stored reads stay history)
+PREFERRED_READER = "extractive:minilm-asqa-v4"
 #: seed and resamples of the median-length bootstrap (stats.py's intervals use seed 0 too)
 SEED = 0
 N_RESAMPLES = 2000
@@ -215,20 +221,28 @@ def zero_shot_for(compiled: dict[str, Any], art: dict[str, Any], runs: list[dict
 # ------------------------------------------------------------------ the rule
 
 
+#: compile objectives that are the per-question mean of two stored metrics
+#: (ambiqa/evaluation/registry.py: ``_d_f1_cov``, ``_str_rouge``)
+COMPOSED = {"d-f1-cov": ("d-f1", "str-em"), "str-rouge": ("str-em", "rouge-l")}
+
+
 def objective_arrays(rows: Sequence[dict[str, Any]], metric: str
                      ) -> tuple[list[str], list[list[float]]]:
     """(ids, one array per part) of ``metric`` (failed = 0), via stats.part_arrays; the
-    compile objective ``d-f1-cov`` is computed per question as (D-F1 + STR-EM) / 2."""
+    composed compile objectives (``d-f1-cov``: (D-F1 + STR-EM) / 2, ``str-rouge``: (STR-EM +
+    ROUGE-L) / 2) are computed per question from their two parts."""
     from ambiqa.evaluation.metric_names import canonical_name
     from ambiqa.evaluation.stats import part_arrays
 
-    if canonical_name(metric) != "d-f1-cov":
-        return part_arrays(rows, canonical_name(metric))
-    ids_d, (d,) = part_arrays(rows, "d-f1")
-    ids_s, (s,) = part_arrays(rows, "str-em")
-    at = {i: k for k, i in enumerate(ids_s)}
-    ids = [i for i in ids_d if i in at]
-    return ids, [[(d[ids_d.index(i)] + s[at[i]]) / 2 for i in ids]]
+    name = canonical_name(metric)
+    if name not in COMPOSED:
+        return part_arrays(rows, name)
+    first, second = COMPOSED[name]
+    ids_a, (a,) = part_arrays(rows, first)
+    ids_b, (b,) = part_arrays(rows, second)
+    at = {i: k for k, i in enumerate(ids_b)}
+    ids = [i for i in ids_a if i in at]
+    return ids, [[(a[ids_a.index(i)] + b[at[i]]) / 2 for i in ids]]
 
 
 def _verdict(lo: float, hi: float, n: int) -> str:
@@ -369,8 +383,10 @@ def unreplayed_artifacts(results: Path, root: Path, named: set[str]) -> list[dic
     return out
 
 
-def measure(root: Path = ROOT, refs: References = load_references) -> dict[str, Any]:
-    """Every stored compiled ASQA run replayed against its zero-shot run."""
+def measure(root: Path = ROOT, refs: References = load_references,
+            reader: str = PREFERRED_READER) -> dict[str, Any]:
+    """Every stored compiled ASQA run replayed against its zero-shot run, on the copy read by
+    ``reader`` where a run is stored under several readers."""
     refs = cached_references(refs)
     results = root / RESULTS
     runs = [load(d, root) for d in find_runs(results, exclude=EXCLUDE)]
@@ -381,7 +397,7 @@ def measure(root: Path = ROOT, refs: References = load_references) -> dict[str, 
                           []).append(c)
     primary, others = [], []
     for copies in groups.values():
-        copies.sort(key=lambda c: (c["reader"] != PREFERRED_READER, len(c["run"]), c["run"]))
+        copies.sort(key=lambda c: (c["reader"] != reader, len(c["run"]), c["run"]))
         done = [replay_one(c, runs, root, refs) for c in copies]
         lead = next((d for d in done if d["replayed"]), done[0])
         lead["copies"] = [d["run"] for d in done if d is not lead]
@@ -391,7 +407,9 @@ def measure(root: Path = ROOT, refs: References = load_references) -> dict[str, 
     others.sort(key=lambda d: d["run"])
     named = {d["artifact"]["artifact"] for d in primary + others}
     replayed = [d for d in primary if d["replayed"]]
-    return {"command": COMMAND, "stands_in": STANDS_IN, "excluded": list(EXCLUDE),
+    command = COMMAND if reader == PREFERRED_READER else f"{COMMAND} --reader {reader}"
+    return {"command": command, "preferred_reader": reader, "stands_in": STANDS_IN,
+            "excluded": list(EXCLUDE),
             "runs": primary, "other_readers": others,
             "not_replayed_artifacts": unreplayed_artifacts(results, root, named),
             "counts": {"replayed": len(replayed),
@@ -485,7 +503,8 @@ def render(m: dict[str, Any]) -> str:
              "rule with STR-EM, and the median answer length in words (compiled vs zero-shot "
              "on the questions both answered, Δ with a paired percentile bootstrap; the rule "
              "for length: ship when the compiled median is nearer the references' median "
-             "there). Reader: the v3 copy (`evidence-rescored/`) where one exists. A compiled "
+             f"there). Reader: the copy read by `{m.get('preferred_reader', PREFERRED_READER)}` "
+             "where one exists. A compiled "
              "run and its zero-shot run were made at different times: a pair's difference "
              "also holds any change of code between them (issue 46: the stored zero-shot Diva "
              "predates a change of the verifier's output cap).", "",
@@ -583,10 +602,13 @@ def _strict(x: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=OUT, help=f"output stem (default {OUT}.{{md,json}})")
+    ap.add_argument("--reader", default=PREFERRED_READER,
+                    help="replay the copies read by this reader where a run has several "
+                         f"(default {PREFERRED_READER}, the shipped one)")
     args = ap.parse_args(argv)
     from ambiqa.fsutil import atomic_write_json, atomic_write_text
 
-    m = measure(ROOT, refs=load_references)
+    m = measure(ROOT, refs=load_references, reader=args.reader)
     out = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(m)

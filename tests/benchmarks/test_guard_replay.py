@@ -104,7 +104,7 @@ def stored(tmp_path: Path) -> Path:
 
 def test_guard_replayed_on_stored_rows(benchmark_script, stored):
     gr = benchmark_script("guard_replay")
-    m = gr.measure(stored, refs=_refs)
+    m = gr.measure(stored, refs=_refs, reader=V3)
     by_run = {d["run"]: d for d in m["runs"]}
     assert set(by_run) == {"rescored/asqa-compiled/diva-labeled", "runs/vanilla_rag-dr",
                            "rescored/asqa-compiled/toc-knn-gold"}
@@ -187,12 +187,29 @@ def test_rows_role_and_main_writes_both_files(benchmark_script, stored, monkeypa
     assert gr.rows_role("asqa:dev:60", "asqa:train") == "dev (stands in for validation)"
     monkeypatch.setattr(gr, "ROOT", stored)
     monkeypatch.setattr(gr, "load_references", _refs)
-    assert gr.main(["--out", str(stored / "out" / "guard")]) == 0
+    assert gr.main(["--out", str(stored / "out" / "guard"), "--reader", V3]) == 0
     saved = json.loads((stored / "out" / "guard.json").read_text("utf-8"))
     assert saved["counts"]["replayed"] == 3
     text = (stored / "out" / "guard.md").read_text("utf-8")
     assert text == capsys.readouterr().out.rstrip("\n") + "\n"
     assert not list((stored / "out").glob("*.tmp*"))
+
+
+def test_composed_objectives_are_per_question_means_of_their_parts(benchmark_script):
+    """str-rouge (the compile-v5 objective) and d-f1-cov are read from their two stored parts,
+    so a compile made with either is replayed, not scored on no questions."""
+    gr = benchmark_script("guard_replay")
+    rows = _rows([0.2, 0.4, None, 0.6], 50, rouge=[0.1, 0.3, 0.0, 0.5], str_em=0.7,
+                 ids=IDS[:4])
+    ids, (sr,) = gr.objective_arrays(rows, "str-rouge")
+    assert ids == IDS[:4]
+    assert sr == pytest.approx([0.4, 0.5, 0.0, 0.6])  # (STR-EM + ROUGE-L) / 2, failed = 0
+    _, (cov,) = gr.objective_arrays(rows, "d-f1-cov")
+    assert cov == pytest.approx([0.45, 0.55, 0.0, 0.65])
+    zero = _rows([0.2] * 4, 50, rouge=[0.1] * 4, str_em=0.3, ids=IDS[:4])
+    g = gr.guard(rows, zero, "str-rouge")
+    assert g["n"] == 4 and g["decision"] == "would have shipped"
+    assert g["compiled"] == pytest.approx(0.375) and g["zero_shot"] == pytest.approx(0.2)
 
 
 def test_json_is_strict(benchmark_script):

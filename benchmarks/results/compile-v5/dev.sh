@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 46: a compile-v5 program on ASQA dev, paired with the zero-shot program from today's
 # code (Diva: compile-v4's zero-shot arm; ToC: runs/toc-zeroshot; same flags, index and LM). Chunks of 5, alternating, so
-# the two arms stay paired whenever the run is stopped; --resume continues. D-F1 is left out
-# (no reader v3 on this machine); the rows keep the long answers for a later re-score.
-#   bash benchmarks/results/compile-v5/dev.sh ARTIFACT RUN_NAME [N] [PROGRAM]
+# the two arms stay paired whenever the run is stopped; --resume continues. Diva's arms score
+# STR-EM and ROUGE-L only (they began while no reader was on the machine; D-F1 is read
+# afterwards by benchmarks/add_d_f1.py); a run that starts now may set METRICS to the full
+# ASQA set, read by the shipped reader (ToC's arms do: METRICS=str-em,rouge-l,d-f1,dr).
+#   [METRICS=...] bash benchmarks/results/compile-v5/dev.sh ARTIFACT RUN_NAME [N] [PROGRAM]
 #   e.g. bash benchmarks/results/compile-v5/dev.sh benchmarks/results/compile-v5/toc-knn-gold-choice.json toc-knn-writer-none 60 toc
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -12,6 +14,7 @@ ART=${1:?artifact to evaluate}
 NAME=${2:?run name under $R/runs}
 N=${3:-60}
 PROGRAM=${4:-diva}
+METRICS=${METRICS:-str-em,rouge-l}
 if [ "$PROGRAM" = diva ]; then ZERO=benchmarks/results/compile-v4/runs/diva-zeroshot
 else ZERO=$R/runs/$PROGRAM-zeroshot; fi
 log() { echo "$(date -u +%FT%TZ) $*" >> "$R/progress.log"; }
@@ -27,7 +30,7 @@ for ((n = 5; n <= N; n += 5)); do
     if [ "$(answered "$out")" -ge "$n" ]; then continue; fi
     log "eval $arm n=$n start"
     nice ambiqa evaluate "$target" --data "asqa:dev:$n" --index wiki-dense \
-      --metrics str-em,rouge-l --threads 2 --out "$out" --resume --retry-errors \
+      --metrics "$METRICS" --threads 2 --out "$out" --resume --retry-errors \
       >> "$R/eval-$arm.log" 2>&1 || log "eval $arm n=$n FAILED"
     log "eval $arm n=$n done"
   done
