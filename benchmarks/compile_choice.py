@@ -15,7 +15,12 @@ answers (:func:`ambiqa.optimizers.signals.coverage`), which the objective does n
         --data asqa:train:36 --out benchmarks/results/compile-v5/candidates.md
 
 ``--data`` names the training spec the compile read (the validation questions are found in
-it by id). Intervals: the paired 95% bootstrap of ``ambiqa.evaluation.stats`` over the
+it by id). ``--reader`` (``shipped``: the reader that ships with ambiqa, or any spec
+:func:`ambiqa.evaluation.reader.make_reader` takes) also reads each stored answer for D-F1
+and adds D-F1 and DR (``sqrt(mean D-F1 × mean ROUGE-L)`` over the validation questions) with
+their paired intervals, and the candidate a DR objective would have shipped by the same rule
+(the best mean, zero-shot on a tie) -- for compiles made with a reader-free objective, no LM
+call. Intervals: the paired 95% bootstrap of ``ambiqa.evaluation.stats`` over the
 validation questions; at n = 12 they decide little, and the table says "undecided at n"
 where they straddle 0.
 """
@@ -44,8 +49,9 @@ def _interval(scores: list[float], base: list[float]) -> tuple[float, float]:
     return lo, hi
 
 
-def measure(artifact: Path, data: str) -> dict[str, Any]:
-    """Every candidate's row: the manifest's figures plus STR-EM, ROUGE-L and lengths."""
+def measure(artifact: Path, data: str, reader: Any = None) -> dict[str, Any]:
+    """Every candidate's row: the manifest's figures plus STR-EM, ROUGE-L and lengths; with a
+    ``reader`` (:class:`ambiqa.evaluation.reader.Reader`) D-F1 and DR too."""
     manifest = read_artifact(artifact)["manifest"]
     selection = (manifest.get("optimizer") or {}).get("selection") or {}
     if not selection.get("candidates"):
@@ -57,15 +63,18 @@ def measure(artifact: Path, data: str) -> dict[str, Any]:
         row = json.loads(line)
         answers[row["candidate"]].append(row)
     examples = {str(ex.id): ex for ex in load_dataset(data)}
-    str_em, rouge = get_metric("str-em"), get_metric("rouge-l")
+    str_em, rouge, d_f1 = get_metric("str-em"), get_metric("rouge-l"), get_metric("d-f1")
     per: dict[str, dict[str, list[float]]] = {}
     for label, rows in answers.items():
-        got = {"str-em": [], "rouge-l": [], "words": [], "readings": [], "covered": []}
+        got: dict[str, list[float]] = {"str-em": [], "rouge-l": [], "words": [],
+                                       "readings": [], "covered": [], "d-f1": []}
         for r in rows:
             ex = examples[str(r["id"])]
             pred = {"answer": r["answer"] or ""}
             got["str-em"].append(str_em(ex, pred) if r["answer"] is not None else 0.0)
             got["rouge-l"].append(rouge(ex, pred) if r["answer"] is not None else 0.0)
+            if reader is not None:
+                got["d-f1"].append(d_f1(ex, pred, reader) if r["answer"] is not None else 0.0)
             got["words"].append(words(r["answer"]))
             if "interpretations" in r or r["answer"] is None:  # rows since readings are kept
                 readings = r.get("interpretations") or []
@@ -93,11 +102,41 @@ def measure(artifact: Path, data: str) -> dict[str, Any]:
             if label != "zero-shot":
                 row["str_em_vs_zero_shot"] = _interval(own["str-em"], zero["str-em"])
                 row["rouge_l_vs_zero_shot"] = _interval(own["rouge-l"], zero["rouge-l"])
+            if reader is not None:
+                row.update(_read(own, zero, label == "zero-shot"))
         out.append(row)
-    return {"artifact": str(artifact), "data": data, "metric": selection.get("metric"),
-            "n_val": selection.get("n_val"), "shipped": selection.get("shipped"),
-            "reason": selection.get("reason"), "reference_median_words": ref_words,
-            "candidates": out}
+    result = {"artifact": str(artifact), "data": data, "metric": selection.get("metric"),
+              "n_val": selection.get("n_val"), "shipped": selection.get("shipped"),
+              "reason": selection.get("reason"), "reference_median_words": ref_words,
+              "candidates": out}
+    if reader is not None:
+        result["reader"] = getattr(reader, "name", type(reader).__name__)
+        result["shipped_by_dr"] = shipped_by(out, "dr")
+    return result
+
+
+def _read(own: dict[str, list[float]], zero: dict[str, list[float]], is_zero: bool
+          ) -> dict[str, Any]:
+    """D-F1 and DR of one candidate, with paired intervals against zero-shot."""
+    from ambiqa.evaluation.stats import set_value
+
+    row: dict[str, Any] = {"d_f1": statistics.fmean(own["d-f1"]),
+                           "dr": set_value("dr", [own["d-f1"], own["rouge-l"]])}
+    if not is_zero:
+        row["d_f1_vs_zero_shot"] = _interval(own["d-f1"], zero["d-f1"])
+        lo, hi, _ = paired_interval("dr", [own["d-f1"], own["rouge-l"]],
+                                    [zero["d-f1"], zero["rouge-l"]])
+        row["dr_vs_zero_shot"] = (lo, hi)
+    return row
+
+
+def shipped_by(candidates: list[dict[str, Any]], key: str) -> str:
+    """The label ``select.choose``'s rule ships when the objective is ``key``: the highest
+    value, zero-shot unless something is strictly above it (duplicates are never scored)."""
+    scored = [c for c in candidates if c.get(key) is not None and not c.get("same_as")]
+    zero = next(c for c in scored if c["label"] == "zero-shot")
+    best = max(scored, key=lambda c: (c[key], c["label"] == "zero-shot"))
+    return best["label"] if best[key] > zero[key] else "zero-shot"
 
 
 def _ci(diff: float | None, ci: Any, n: int) -> str:
@@ -154,7 +193,31 @@ def render(m: dict[str, Any], command: str) -> str:
             f"{c.get('rouge_l', float('nan')):.3f} | {pair('rouge_l_vs_zero_shot')} | "
             f"{c.get('median_words', float('nan')):g} | {c['lm_calls']}{cached} | "
             f"{c.get('memo_hits') or 0} | {c['seconds']:.0f} | {_readings(c)} |")
+    if m.get("reader"):
+        lines += _render_read(m, n)
     return "\n".join(lines) + "\n"
+
+
+def _render_read(m: dict[str, Any], n: int) -> list[str]:
+    """The same candidates read by a D-F1 reader: D-F1, DR and what DR would have shipped."""
+    lines = ["", f"Read by `{m['reader']}` (a stand-in for the ASQA paper's RoBERTa reader; "
+             "no LM call). DR = sqrt(mean D-F1 × mean ROUGE-L) over the validation questions. "
+             f"By the same rule a DR objective would have shipped **{m['shipped_by_dr']}**"
+             + (" -- the same candidate." if m["shipped_by_dr"] == m["shipped"]
+                else f" (the compile shipped {m['shipped']}).") , "",
+             "| candidate | D-F1 | Δ D-F1 [95%] | DR | Δ DR [95%] |", "|---|---:|---|---:|---|"]
+    base = next(x for x in m["candidates"] if x["label"] == "zero-shot")
+    for c in m["candidates"]:
+        if c.get("same_as") or c.get("dr") is None:
+            continue
+        label = f"**{c['label']}**" if c["label"] == m["shipped_by_dr"] else c["label"]
+        cells = []
+        for key in ("d_f1", "dr"):
+            ci = c.get(f"{key}_vs_zero_shot")
+            cells.append(f"{c[key]:.3f}")
+            cells.append(_ci(c[key] - base[key], ci, n) if ci else "—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,10 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("artifact", type=Path)
     ap.add_argument("--data", required=True, help="the training spec the compile read")
     ap.add_argument("--out", type=Path, help="write the table here (and a .json beside it)")
+    ap.add_argument("--reader", default=None,
+                    help="also read D-F1 and DR: 'shipped' (the reader that ships with "
+                         "ambiqa) or a reader spec (ambiqa.evaluation.reader.make_reader)")
     args = ap.parse_args(argv)
-    m = measure(args.artifact, args.data)
+    reader = None
+    if args.reader:
+        from ambiqa.evaluation.reader import make_reader
+
+        reader = make_reader(None if args.reader == "shipped" else args.reader)
+    m = measure(args.artifact, args.data, reader)
     command = "python -m benchmarks.compile_choice " + " ".join(
         [str(args.artifact), "--data", args.data]
+        + (["--reader", args.reader] if args.reader else [])
         + (["--out", str(args.out)] if args.out else []))
     text = render(m, command)
     if args.out:

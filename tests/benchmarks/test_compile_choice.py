@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import dspy
+import pytest
 
 import ambiqa
 from ambiqa.data import demo_corpus_path, load_corpus, load_dataset
@@ -47,3 +48,43 @@ def test_the_table_splits_the_objective_and_marks_what_shipped(use_lm, tmp_path)
     assert f"| {zero['readings']:.2f} ({zero['gold_covered']:.3f}) |" in text
     compile_choice.main([str(out), "--data", "demo:train", "--out", str(tmp_path / "c.md")])
     assert json.loads((tmp_path / "c.json").read_text())["shipped"] == m["shipped"]
+
+
+class _WholeContextReader:
+    """Answers every question with the whole long answer: D-F1 is then each pair's token F1
+    against the answer, known without a model."""
+
+    name = "whole-context"
+
+    def answer(self, question: str, context: str) -> str:
+        return context
+
+
+def test_a_reader_adds_d_f1_and_dr_and_what_a_dr_objective_would_ship(use_lm, tmp_path):
+    import math
+
+    use_lm(dspy.LM("scripted/fake", cache=False, num_retries=0, engine=ScriptedEngine({
+        "ClarifyFromPassages": titles_as_answers,
+        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
+    })))
+    out = tmp_path / "rag.json"
+    rag = VanillaRAG(InMemoryRetriever(load_corpus(demo_corpus_path())), k=2)
+    ambiqa.compile(rag, load_dataset("demo:train"), optimizer="labeled", k=2,
+                   metric="str-rouge", out=out)
+    m = compile_choice.measure(out, "demo:train", reader=_WholeContextReader())
+    assert m["reader"] == "whole-context"
+    scored = [c for c in m["candidates"] if not c.get("same_as")]
+    for c in scored:  # DR is the set-level statistic of the two means
+        assert c["dr"] == pytest.approx(math.sqrt(c["d_f1"] * c["rouge_l"]))
+        assert (c["label"] == "zero-shot") == ("dr_vs_zero_shot" not in c)
+    assert m["shipped_by_dr"] == compile_choice.shipped_by(m["candidates"], "dr")
+    text = compile_choice.render(m, "python -m benchmarks.compile_choice x --reader r")
+    assert "Read by `whole-context`" in text and "a DR objective would have shipped" in text
+
+
+def test_shipped_by_follows_the_guard_rule():
+    rows = [{"label": "zero-shot", "dr": 0.3}, {"label": "a", "dr": 0.3},
+            {"label": "b", "dr": 0.9, "same_as": "zero-shot"}]
+    assert compile_choice.shipped_by(rows, "dr") == "zero-shot"  # a tie keeps zero-shot
+    rows.append({"label": "c", "dr": 0.31})
+    assert compile_choice.shipped_by(rows, "dr") == "c"  # a duplicate is never scored
