@@ -16,15 +16,20 @@ from ambiqa.testing import ScriptedEngine, titles_as_answers
 from benchmarks import compile_choice
 
 
-def test_the_table_splits_the_objective_and_marks_what_shipped(use_lm, tmp_path):
+def _compile(use_lm, out):
+    """vanilla_rag compiled (labeled, str-rouge, with the choice) on a scripted LM."""
     use_lm(dspy.LM("scripted/fake", cache=False, num_retries=0, engine=ScriptedEngine({
         "ClarifyFromPassages": titles_as_answers,
         "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
     })))
-    out = tmp_path / "rag.json"
     rag = VanillaRAG(InMemoryRetriever(load_corpus(demo_corpus_path())), k=2)
-    result = ambiqa.compile(rag, load_dataset("demo:train"), optimizer="labeled", k=2,
-                            metric="str-rouge", out=out)
+    return ambiqa.compile(rag, load_dataset("demo:train"), optimizer="labeled", k=2,
+                          metric="str-rouge", out=out)
+
+
+def test_the_table_splits_the_objective_and_marks_what_shipped(use_lm, tmp_path):
+    out = tmp_path / "rag.json"
+    result = _compile(use_lm, out)
     m = compile_choice.measure(out, "demo:train")
     sel = result.report.settings["selection"]
     assert m["shipped"] == sel["shipped"] and m["n_val"] == sel["n_val"] == 3
@@ -63,14 +68,8 @@ class _WholeContextReader:
 def test_a_reader_adds_d_f1_and_dr_and_what_a_dr_objective_would_ship(use_lm, tmp_path):
     import math
 
-    use_lm(dspy.LM("scripted/fake", cache=False, num_retries=0, engine=ScriptedEngine({
-        "ClarifyFromPassages": titles_as_answers,
-        "WriteLongAnswer": lambda inp: {"long_answer": "Answers: " + inp["interpretations"]},
-    })))
     out = tmp_path / "rag.json"
-    rag = VanillaRAG(InMemoryRetriever(load_corpus(demo_corpus_path())), k=2)
-    ambiqa.compile(rag, load_dataset("demo:train"), optimizer="labeled", k=2,
-                   metric="str-rouge", out=out)
+    _compile(use_lm, out)
     m = compile_choice.measure(out, "demo:train", reader=_WholeContextReader())
     assert m["reader"] == "whole-context"
     scored = [c for c in m["candidates"] if not c.get("same_as")]
