@@ -6,6 +6,10 @@
     python -m benchmarks.throughput --report-only [--since 2026-11-24]
     # how many llama.cpp slots: the same concurrent calls at 1, 2 and 4 slots (new settings)
     python -m benchmarks.throughput --slot-search 1,2,4 --n 1
+    # today's defaults against today's code with some program settings changed (issue 45)
+    python -m benchmarks.throughput --programs diva --n 20 \
+        --out benchmarks/results/throughput-lean \
+        --variant '{"diva": {"verify_evidence": "brief", "trim_sentences": 2}}'
 
 Two configurations of the same program on the same ASQA dev questions, in one process:
 
@@ -18,6 +22,13 @@ Two configurations of the same program on the same ASQA dev questions, in one pr
   ``n_ctx = 4096 × slots``, the prompt cache sized from the model's KV bytes per token,
   per-signature output caps with the ChatAdapter end marker as stop sequence, the
   per-passage word budget, and the current signatures.
+
+With ``--variant JSON`` (``{program: {setting: value}}``, the fields of
+``ambiqa/programs/config.py``) both sides are today's engine, prompts and passage budget:
+**old** is each program with its default settings, **new** the same program with the
+variant's settings, so a token-saving option is timed against the defaults it would replace
+(issue 45: LM seconds per question against today's), both answering each block
+concurrently.
 
 Questions are split into blocks of ``--block`` questions (default: the slot count). Each block
 is answered by both configurations, one after the other, alternating which goes first;
@@ -50,6 +61,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 import ambiqa  # noqa: E402,F401  (sets LITELLM_LOCAL_MODEL_COST_MAP etc. before DSPy loads)
+from ambiqa.errors import ConfigError  # noqa: E402
 from ambiqa.fsutil import atomic_write_text  # noqa: E402
 
 DEFAULT_OUT = HERE / "results" / "throughput"
@@ -120,14 +132,19 @@ class Side:
     """One configuration: an LM, a passage budget and a signature table."""
 
     def __init__(self, name: str, settings: Any, legacy: dict[str, type] | None,
-                 budget_off: bool) -> None:
-        from ambiqa.lm import embedded_lm
-
+                 budget_off: bool, overrides: dict[str, dict[str, Any]] | None = None,
+                 lm: Any = None) -> None:
         self.name = name
         self.settings = settings
-        self.lm = embedded_lm(settings, cache=False)
+        if lm is None:
+            from ambiqa.lm import embedded_lm
+
+            lm = embedded_lm(settings, cache=False)
+        self.lm = lm
         self.legacy = legacy
         self.budget_off = budget_off
+        #: per program, settings passed to its constructor (``--variant``)
+        self.overrides = dict(overrides or {})
         self._programs: dict[str, Any] = {}
 
     def program(self, name: str, retriever: Any, encoder: Any) -> Any:
@@ -135,10 +152,13 @@ class Side:
             from ambiqa.programs.registry import build_program
 
             config = {"encoder": encoder} if name in ("diva", "verdict", "toc") else {}
+            settings = self.overrides.get(name, {})
             try:
-                prog = build_program(name, retriever, **config)
-            except Exception:  # a program that takes no encoder
-                prog = build_program(name, retriever)
+                prog = build_program(name, retriever, **config, **settings)
+            except ConfigError:
+                if not config:
+                    raise
+                prog = build_program(name, retriever, **settings)  # a program without encoder
             if self.legacy is not None:
                 use_signatures(prog, self.legacy)
             self._programs[name] = prog
@@ -354,9 +374,14 @@ def render_table(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{e['str_em_diff'] * 100:+.1f} {ci(e['str_em_diff_ci'], 100)} | "
             f"{e['rouge_lsum_old'] * 100:.1f} / {e['rouge_lsum_new'] * 100:.1f}, "
             f"{e['rouge_lsum_diff'] * 100:+.1f} {ci(e['rouge_lsum_diff_ci'], 100)} |")
+    if meta.get("variant"):
+        sides = (f"old: today's code with each program's default settings; new: the same with "
+                 f"`{json.dumps(meta['variant'], sort_keys=True)}`; both {meta.get('slots')} "
+                 f"slots, each block answered concurrently")
+    else:
+        sides = (f"old prompts from `{meta.get('baseline')}`, new: {meta.get('slots')} slots")
     head = (f"Model `{meta.get('model')}` (embedded, {meta.get('threads')} threads), retriever "
-            f"`{meta.get('retriever')}`, ASQA dev in file order, old prompts from "
-            f"`{meta.get('baseline')}`, new: {meta.get('slots')} slots, blocks of "
+            f"`{meta.get('retriever')}`, ASQA dev in file order, {sides}, blocks of "
             f"{meta.get('block')} questions. Per-question token columns are means; truncated "
             f"and format retries are totals. Intervals: 95% bootstrap (ratio over blocks, "
             f"quality diffs paired over questions).\n\n")
@@ -377,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=None, help="questions per block "
                     "(default: the slot count)")
     ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git commit of the old prompts")
+    ap.add_argument("--variant", default=None, metavar="JSON",
+                    help="old = today's defaults, new = today's with these program settings, "
+                         "e.g. '{\"diva\": {\"verify_evidence\": \"brief\"}}'")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--resume", action="store_true", help="keep existing rows and add to them "
                     "(the default when rows exist; without it an existing rows file is an "
@@ -396,8 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     slots = args.slots or DEFAULT_SLOTS
     block = args.block or slots
+    variant = parse_variant(args.variant)
     meta = {"model": args.model, "threads": args.threads, "retriever": args.retriever,
-            "baseline": args.baseline, "slots": slots, "block": block}
+            "baseline": args.baseline, "slots": slots, "block": block, "variant": variant}
     if args.slot_search:
         return slot_search(args, [int(s) for s in args.slot_search.split(",")], out)
     rows_path = out / "rows.jsonl"
@@ -409,6 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_rows(rows_path)
     for r in rows:  # the run's settings come from the first run
         if r.get("kind") == "meta":
+            if (r.get("variant") or None) != variant:
+                print(f"{rows_path} was measured with --variant "
+                      f"{json.dumps(r.get('variant'))}, not {json.dumps(variant)}: a resume "
+                      "keeps the run's settings", file=sys.stderr)
+                return 2
             meta = {**meta, **{k: r[k] for k in meta if k in r}}
     if not any(r.get("kind") == "meta" for r in rows):
         append_rows(rows_path, [{"kind": "meta", **meta}])
@@ -425,11 +459,14 @@ def main(argv: list[str] | None = None) -> int:
     encoder = get_encoder() if set(programs) & {"diva", "verdict", "toc"} else None
     if encoder is not None:
         encoder.encode(["warm up"])
-    legacy = legacy_signatures(args.baseline)
-    old = Side("old", EmbeddedSettings.legacy(model=args.model, n_threads=args.threads),
-               legacy, budget_off=True)
-    new = Side("new", EmbeddedSettings(model=args.model, n_threads=args.threads,
-                                       n_parallel=slots), None, budget_off=False)
+    today = EmbeddedSettings(model=args.model, n_threads=args.threads, n_parallel=slots)
+    if variant:
+        old = Side("old", today, None, budget_off=False)
+        new = Side("new", today, None, budget_off=False, overrides=variant)
+    else:
+        old = Side("old", EmbeddedSettings.legacy(model=args.model, n_threads=args.threads),
+                   legacy_signatures(args.baseline), budget_off=True)
+        new = Side("new", today, None, budget_off=False)
     configure(new.lm)  # installs the trace callback and usage tap; sides switch by context
     old.warm()
     new.warm()
@@ -447,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                 if (prog, b, side.name) in done:
                     continue
                 program = side.program(prog, retriever, encoder)
-                wall, qrows = run_block(side, program, chunk, concurrent=side is new)
+                wall, qrows = run_block(side, program, chunk,
+                                        concurrent=side is new or bool(variant))
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
                 append_rows(rows_path, [
                     *({"kind": "question", "program": prog, "block": b, "side": side.name,
@@ -457,6 +495,33 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{stamp} {prog} block {b} {side.name}: {len(chunk)} q in {wall:.0f} s; "
                       f"STR-EM {statistics.mean(r['str_em'] for r in qrows):.2f}", flush=True)
     return report(rows_path, out, meta, args.since)
+
+
+def parse_variant(text: str | None) -> dict[str, dict[str, Any]] | None:
+    """``--variant``: a JSON object of program name -> settings, checked before any model
+    loads (an unknown program or setting is refused by the program's own config)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--variant: not JSON ({exc.msg})") from None
+    if not isinstance(value, dict) or not value or not all(
+            isinstance(v, dict) and v for v in value.values()):
+        raise SystemExit("--variant: a JSON object of program -> non-empty settings, e.g. "
+                         '\'{"diva": {"verify_evidence": "brief"}}\'')
+    from ambiqa.programs.registry import program_class
+
+    for name, settings in value.items():
+        try:
+            cls = program_class(name)
+            config = getattr(cls, "config_class", None)
+            if config is None:
+                raise ConfigError(f"{name} takes no settings")
+            config(**settings)
+        except (ConfigError, TypeError) as exc:
+            raise SystemExit(f"--variant {name}: {getattr(exc, 'message', exc)}") from None
+    return value
 
 
 def report(rows_path: Path, out: Path, meta: dict[str, Any], since: str | None = None) -> int:

@@ -84,3 +84,46 @@ def test_old_side_keeps_todays_signature_when_its_fields_changed(benchmark_scrip
     assert prog.check.signature is Check
     assert tp.use_signatures(prog, {"Check": OldReordered}) == 1
     assert prog.check.signature is OldReordered
+
+
+def test_variant_is_checked_before_any_model_loads(benchmark_script):
+    import pytest
+
+    tp = benchmark_script("throughput")
+    assert tp.parse_variant(None) is None
+    v = tp.parse_variant('{"diva": {"verify_evidence": "brief", "trim_sentences": 2}}')
+    assert v == {"diva": {"verify_evidence": "brief", "trim_sentences": 2}}
+    for bad, said in [("{nope", "not JSON"), ('{"diva": {}}', "non-empty settings"),
+                      ('{"diva": {"verify_evidence": "loud"}}', "verify_evidence"),
+                      ('{"diva": {"no_such": 1}}', "--variant diva"),
+                      ('{"nosuchprogram": {"k": 1}}', "--variant nosuchprogram")]:
+        with pytest.raises(SystemExit, match=said):
+            tp.parse_variant(bad)
+
+
+def test_the_variant_side_builds_each_program_with_its_settings(benchmark_script):
+    from ambiqa.retrieval.base import InMemoryRetriever
+    from ambiqa.types import Passage
+
+    tp = benchmark_script("throughput")
+    retriever = InMemoryRetriever([Passage("p1", "T", "Some text.")])
+    lm = object()  # no model: only the programs are built
+    old = tp.Side("old", None, None, budget_off=False, lm=lm)
+    new = tp.Side("new", None, None, budget_off=False, lm=lm,
+                  overrides={"diva": {"verify_evidence": "brief"}})
+    assert old.program("diva", retriever, None).verify_evidence == "sentence"
+    diva = new.program("diva", retriever, None)
+    assert diva.verify_evidence == "brief"
+    assert new.program("vanilla_rag", retriever, None) is not None  # not in the variant
+
+
+def test_a_variant_run_says_what_old_and_new_are(benchmark_script, tmp_path):
+    tp = benchmark_script("throughput")
+    rows = _rows()
+    rows[0] = {**rows[0], "variant": {"diva": {"verify_evidence": "brief"}}}
+    rows_path = tmp_path / "rows.jsonl"
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert tp.report(rows_path, tmp_path, {"model": "m", "variant": None}) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "old: today's code with each program's default settings; new: the same with " \
+           '`{"diva": {"verify_evidence": "brief"}}`' in table
