@@ -274,29 +274,28 @@ def _diva_compiled() -> str:
             f"{median_words(new):.0f} words")
 
 
-def _diva_chosen(new: str) -> Callable[[], str]:
-    """A compile-v5 dev arm against zero-shot Diva, both replayed with today's code (the loop
-    guard on)."""
+def _chosen(new: str, base: str = DIVA_GUARDED, label: str = "zero-shot diva (today's code, "
+            "both with the loop guard") -> Callable[[], str]:
+    """A compile-v5 dev arm against its zero-shot program run with today's code (Diva's: the
+    compile-v4 arm replayed with the loop guard; ToC's: compile-v5/runs/toc-zeroshot)."""
     def text() -> str:
         if not exists(new):
             return "dev run not stored yet"
-        n = paired(new, DIVA_GUARDED, "str-em")["n_shared"]
-        return (f"vs zero-shot diva (today's code, both with the loop guard, n = {n}): STR-EM "
-                f"{delta(new, DIVA_GUARDED, 'str-em')}: "
-                f"{standing(new, DIVA_GUARDED, 'str-em')}; ROUGE-L "
-                f"{delta(new, DIVA_GUARDED, 'rouge-l')}: "
-                f"{standing(new, DIVA_GUARDED, 'rouge-l')}; DR "
-                f"{delta(new, DIVA_GUARDED, 'dr')}: {standing(new, DIVA_GUARDED, 'dr')}; "
-                f"{_readings(new)}; median answer {median_words(new):.0f} words")
+        n = paired(new, base, "str-em")["n_shared"]
+        return (f"vs {label}, n = {n}): STR-EM {delta(new, base, 'str-em')}: "
+                f"{standing(new, base, 'str-em')}; ROUGE-L {delta(new, base, 'rouge-l')}: "
+                f"{standing(new, base, 'rouge-l')}; DR {delta(new, base, 'dr')}: "
+                f"{standing(new, base, 'dr')}; {_readings(new, base)}; median answer "
+                f"{median_words(new):.0f} words")
     return text
 
 
-def _readings(new: str) -> str:
-    """Readings per question and the share of gold qa pairs a reading answers, against
-    zero-shot Diva (``benchmarks.readings``)."""
+def _readings(new: str, base: str = DIVA_GUARDED) -> str:
+    """Readings per question and the share of gold qa pairs a reading answers, against the
+    zero-shot run ``base`` (``benchmarks.readings``)."""
     from benchmarks.readings import measure
 
-    zero, run = measure([ROOT / DIVA_GUARDED, ROOT / new], _asqa_dev())
+    zero, run = measure([ROOT / base, ROOT / new], _asqa_dev())
     d, low, high = run["covered_delta"]
     word = "above" if low > 0 else "below" if high < 0 else "level"
     return (f"readings per question {run['readings_mean']:.2f} vs {zero['readings_mean']:.2f}, "
@@ -370,17 +369,17 @@ README_ROWS: list[ReadmeRow] = [
               "Diva with the 1.5B, compiled by choosing on held-out training questions "
               "(tokens not measured: its upstream calls replayed zero-shot's)",
               f"{V5}/diva-clarify-signal-guarded",
-              _diva_chosen(f"{V5}/diva-clarify-signal-guarded")),
+              _chosen(f"{V5}/diva-clarify-signal-guarded")),
     ReadmeRow("`diva`, compiled: `--optimizer none --select-val 12 --candidates "
               "'clarify=gold:1;clarify=gold:2'` (compile-v5; shipped clarify=gold:1)",
               "the same, clarify shown one gold ASQA example (specified readings)",
               f"{V5}/diva-clarify-gold-guarded",
-              _diva_chosen(f"{V5}/diva-clarify-gold-guarded")),
+              _chosen(f"{V5}/diva-clarify-gold-guarded")),
     ReadmeRow('`diva` `{"verify_evidence": "brief"}`',
               "a verifier that cites the passage instead of copying it: 39 fewer output tokens "
               "a question, the right path more often; an option while a third of its replies "
               "hit its cap and are retried (step-replay)", f"{STEP}/brief",
-              _diva_chosen(f"{STEP}/brief")),
+              _chosen(f"{STEP}/brief")),
     ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
               "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
     ReadmeRow("`verdict` (`ambiqa.VerDICt`)", "per-passage grounding, with an LM that can "
