@@ -18,8 +18,8 @@ program and demo-plan variants).
   so), computed per question from the rows' stored metric values; a failed question scores 0
   (as in every headline number). ``dr`` is the set-level statistic
   (``sqrt(mean D-F1 × mean ROUGE-L)``, :mod:`ambiqa.evaluation.stats`); the mean of the
-  per-question roots, which is what a candidate's per-question scores average to in
-  ``select.py``, is kept in the JSON and named in the notes where it decides otherwise.
+  per-question roots, which is how ``select.py`` ranked DR before it took the set-level
+  statistic, is kept in the JSON and named in the notes where it decides otherwise.
   ``d-f1-cov`` is the mean of a question's D-F1 and STR-EM, ``str-rouge`` of its STR-EM and
   ROUGE-L.
 * **Reader**: D-F1 depends on it. A compiled run stored several times with the same answers
@@ -280,7 +280,7 @@ def guard(compiled_rows: Sequence[dict[str, Any]], zero_rows: Sequence[dict[str,
            "decision": ("would have shipped" if shared and cv > zv else "would have refused"),
            "interval": _verdict(lo, hi, len(shared))}
     if set_level_name(metric) == "dr" and shared:
-        # what select.py averages: each question's own sqrt(D-F1 × ROUGE-L)
+        # how select.py ranked DR before the set-level statistic: each question's own root
         qc = statistics.fmean(math.sqrt(max(d, 0) * max(r, 0)) for d, r in zip(*xc, strict=True))
         qz = statistics.fmean(math.sqrt(max(d, 0) * max(r, 0)) for d, r in zip(*xz, strict=True))
         out["per_question_mean"] = {"compiled": qc, "zero_shot": qz, "diff": qc - qz,
@@ -535,8 +535,8 @@ def render(m: dict[str, Any]) -> str:
             f"| {_length_cell(d['length'])} |")
         pq = o.get("per_question_mean")
         if pq and pq["decision"] != o["decision"]:
-            notes.append(f"`{d['run']}`: on the mean of per-question DR (what `select.py` "
-                         f"averages) the guard decides otherwise: {_f(pq['compiled'])} vs "
+            notes.append(f"`{d['run']}`: on the mean of per-question DR (how `select.py` "
+                         f"ranked DR before) the guard decides otherwise: {_f(pq['compiled'])} vs "
                          f"{_f(pq['zero_shot'])}, {pq['decision']}.")
         if o["failed"]["compiled"] or o["failed"]["zero_shot"]:
             notes.append(f"`{d['run']}`: failed questions (scored 0): compiled "

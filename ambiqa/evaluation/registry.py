@@ -41,7 +41,7 @@ from typing import Any
 from ambiqa.errors import ConfigError
 from ambiqa.evaluation import metrics as m
 from ambiqa.evaluation.judge import LMGroundingJudge, LMMatcher, numbered
-from ambiqa.evaluation.metric_names import ALIASES, canonical_name, with_set_parts
+from ambiqa.evaluation.metric_names import ALIASES, SET_LEVEL, canonical_name, with_set_parts
 from ambiqa.evaluation.metrics import field_value
 from ambiqa.evaluation.reader import Reader, make_reader
 
@@ -424,4 +424,8 @@ def dspy_metric(name: str, reader: Reader | None = None, *,
     metric.__name__ = key.replace("-", "_").replace("@", "_at_")
     metric.metric_name = key  # type: ignore[attr-defined]
     metric.reader_name = reader.name if reader is not None else None  # type: ignore[attr-defined]
+    # a set-level objective (DR: the root of two set means) is ranked from its parts by a
+    # compile's choice, not as the mean of its per-question values (ambiqa.optimizers.select)
+    metric.parts = tuple(dspy_metric(part, reader=reader)  # type: ignore[attr-defined]
+                         for part in SET_LEVEL.get(key, ()))
     return metric

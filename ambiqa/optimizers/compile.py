@@ -109,9 +109,10 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
     training data, at most 20) out of the training data first, then score the zero-shot
     program, the input program, the result and its ``candidates`` (demo plans applied on top
     of it; default for a long-answer program: the writer with no demos and with one gold demo)
-    there and ship the best, zero-shot unless something beats it or ``force`` (True: the
-    result; a label: that candidate) (:mod:`ambiqa.optimizers.select`); ``say`` gets its
-    progress lines."""
+    there and ship the best (by the set-level statistic for DR: a metric from
+    :func:`ambiqa.evaluation.registry.dspy_metric` carries its parts), zero-shot unless
+    something beats it or ``force`` (True: the result; a label: that candidate)
+    (:mod:`ambiqa.optimizers.select`); ``say`` gets its progress lines."""
     check_teleprompter(optimizer)
     check_int("threads", threads, 1)
     if not trainset:
@@ -156,10 +157,12 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                                                seed=seed, budget=budget, threads=threads,
                                                say=say)
         if select_set:
+            parts = tuple(SafeMetric(p) for p in getattr(metric, "parts", ()))
             compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
                                label=optimizer + ("+plan" if plan else ""),
                                variants=candidates, force=force, metric_name=metric_name,
-                               seed=seed, k=k, budget=budget, say=say, threads=threads)
+                               seed=seed, k=k, budget=budget, say=say, threads=threads,
+                               parts=parts)
     report.stopped_by_budget = budget.stopped
     report.nan_scores = safe.nan if safe is not None else 0
     report.demos_per_predictor = {n: len(p.demos) for n, p in compiled.named_predictors()}
@@ -220,9 +223,11 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
             valset: list[Any], trainset: list[Any], metric: SafeMetric | None,
             report: CompileReport, *, label: str, variants: list[Any] | None, force: bool | str,
             metric_name: str, seed: int, k: int, budget: Budget,
-            say: Callable[[str], None] | None = None, threads: int = 1) -> dspy.Module:
+            say: Callable[[str], None] | None = None, threads: int = 1,
+            parts: tuple[Any, ...] = ()) -> dspy.Module:
     """Score the candidates on ``valset`` and return the one to ship (see
-    :mod:`ambiqa.optimizers.select`); the selection goes into ``report.settings``."""
+    :mod:`ambiqa.optimizers.select`); the selection goes into ``report.settings``.
+    ``parts``: a set-level objective's per-question metrics (DR's D-F1 and ROUGE-L)."""
     cands = [Candidate(ZERO_SHOT, zero_shot), Candidate(INPUT, given),
              Candidate(label, compiled)]
     names = {p.signature.__name__ for _, p in compiled.named_predictors()}
@@ -243,7 +248,7 @@ def _choose(compiled: dspy.Module, zero_shot: dspy.Module, given: dspy.Module,
     try:
         shipped, selection = choose(cands, valset, metric, metric_name=metric_name,
                                     preferred=label, force=force, budget=budget, say=say,
-                                    threads=threads)
+                                    threads=threads, parts=parts)
     except BudgetExhausted:
         report.settings["selection"] = {"skipped": "the LM-call budget ran out before every "
                                                    "candidate was scored: not checked"}

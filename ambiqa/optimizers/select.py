@@ -10,9 +10,14 @@ from; compiled Diva shipped that way scored below zero-shot Diva
 2. the **candidates** -- always the zero-shot program and the input program, the
    teleprompter's result, and any demo-plan variants of it (``write=none``, ...) -- are each
    scored on every validation question with the compile metric;
-3. the best mean wins, with its paired 95% interval against zero-shot on the same questions;
+3. the best score wins, with its paired 95% interval against zero-shot on the same questions;
    when no candidate beats zero-shot the compile says so in one line and ships zero-shot,
-   unless ``force`` asks for the teleprompter's result anyway.
+   unless ``force`` asks for the teleprompter's result anyway. A candidate's score is the mean
+   of its per-question values, except for a set-level objective: DR, as ASQA defines it, is
+   sqrt(mean D-F1 × mean ROUGE-L) over the set, so its parts are scored per question and the
+   candidates ranked (and the interval taken) by that statistic -- the one the evaluation
+   reports and the targets are stated in -- not by the mean of per-question roots, which can
+   rank two candidates the other way (``benchmarks/results/compile-v5/by-dr``).
 
 **Cheap candidates.** Candidates that differ only downstream (say, only in the writer's
 demos) would pay again for every upstream LM call. :class:`CallMemo` remembers each
@@ -114,11 +119,14 @@ class Selection:
     shipped: str = ZERO_SHOT
     reason: str = ""
     forced: bool | str = False
+    #: how a candidate's score is formed: the mean over questions, or a set-level statistic
+    statistic: str = "mean over the questions"
 
     def to_dict(self) -> dict[str, Any]:
         rows = [{k: v for k, v in r.items() if k != "answers"} for r in self.rows]
-        return {"metric": self.metric, "n_val": self.n_val, "candidates": rows,
-                "shipped": self.shipped, "reason": self.reason, "forced": self.forced}
+        return {"metric": self.metric, "n_val": self.n_val, "statistic": self.statistic,
+                "candidates": rows, "shipped": self.shipped, "reason": self.reason,
+                "forced": self.forced}
 
     def line(self) -> str:
         """The one line a compile prints about its choice."""
@@ -131,11 +139,24 @@ class Selection:
 
 
 def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallMemo,
-               budget: Any, threads: int = 1) -> dict[str, Any]:
+               budget: Any, threads: int = 1, parts: tuple[Any, ...] = (),
+               metric_name: str = "") -> dict[str, Any]:
+    """Score one candidate on every validation question. With ``parts`` (the per-question
+    metrics a set-level objective is computed from) those are scored instead of ``metric``,
+    each question's value is the statistic over that one question, and the candidate's
+    ``mean`` is the statistic over the set (its ``parts`` arrays are kept for the interval)."""
+    from ambiqa.evaluation.stats import set_value
+
     start = time.perf_counter()
     hits0 = memo.hits
 
-    def one(item: tuple[int, Any]) -> tuple[float, dict[str, Any], bool]:
+    def score(ex: Any, pred: Any) -> tuple[float, list[float]]:
+        if parts:
+            got = [_finite(part(ex, pred)) for part in parts]
+            return _finite(set_value(metric_name, [[v] for v in got])), got
+        return _finite(metric(ex, pred)), []
+
+    def one(item: tuple[int, Any]) -> tuple[float, dict[str, Any], bool, list[float]]:
         i, ex = item
         if budget is not None:
             budget.check()
@@ -145,46 +166,61 @@ def _score_one(candidate: Candidate, valset: list[Any], metric: Any, memo: CallM
         except Exception as exc:  # one failing question scores 0, as in any evaluation
             record_event("select", f"{candidate.label} failed: {type(exc).__name__}"[:200])
             return 0.0, {"id": qid, "question": ex.question, "answer": None, "score": 0.0,
-                         "error": type(exc).__name__}, True
-        try:
-            value = float(metric(ex, pred))
-        except (TypeError, ValueError):
-            value = 0.0
-        value = 0.0 if math.isnan(value) else value
+                         "error": type(exc).__name__}, True, [0.0] * len(parts)
+        value, got = score(ex, pred)
         # the readings too: two candidates level on the objective may differ in what
         # clarify wrote (compile-v5), and the answer alone does not show it
         readings = [{"question": r["question"], "answer": r["answer"]}
                     for r in interpretations_of(pred)]
         return value, {"id": qid, "question": ex.question,
                        "answer": prediction_answer(pred), "score": value,
-                       "interpretations": readings}, False
+                       "interpretations": readings}, False, got
 
     # questions in flight at once: an LM with two slots (the embedded one) answers two
     # questions' calls side by side; each worker carries the trace (ambiqa.parallel)
     with track() as trace, memo.installed(candidate.program):
         done = run_parallel(one, list(enumerate(valset)), max_workers=threads)
-    scores = [value for value, _, _ in done]
-    answers = [row for _, row, _ in done]
-    errors = sum(1 for _, _, failed in done if failed)
+    scores = [value for value, _, _, _ in done]
+    answers = [row for _, row, _, _ in done]
+    errors = sum(1 for _, _, failed, _ in done if failed)
+    part_arrays = [[got[i] for _, _, _, got in done] for i in range(len(parts))]
+    if parts:
+        mean = _finite(set_value(metric_name, part_arrays)) if scores else 0.0
+    else:
+        mean = sum(scores) / len(scores) if scores else 0.0
     cost = trace.summary()
     return {"label": candidate.label, "note": candidate.note, "scores": scores,
-            "answers": answers,
-            "mean": sum(scores) / len(scores) if scores else 0.0, "errors": errors,
+            "answers": answers, "parts": part_arrays, "mean": mean, "errors": errors,
             "lm_calls": cost.get("lm_calls", 0), "cached_calls": cost.get("cached_calls", 0),
             "memo_hits": memo.hits - hits0,
             "seconds": round(time.perf_counter() - start, 3)}
 
 
-def _paired(scores: list[float], base: list[float]) -> list[float] | None:
+def _finite(value: Any) -> float:
+    """A score as a float; NaN or unreadable counts 0, as a failed score must not win."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(value) else value
+
+
+def _paired(row: dict[str, Any], base: dict[str, Any], metric_name: str) -> list[float] | None:
+    """The paired 95% interval of ``row`` − ``base`` on the same questions: of the set-level
+    statistic when the rows carry its parts, else of the per-question mean."""
     from ambiqa.evaluation.stats import paired_interval  # loads numpy
 
-    lo, hi, _ = paired_interval("score", [scores], [base])
+    if row.get("parts"):
+        lo, hi, _ = paired_interval(metric_name, row["parts"], base["parts"])
+    else:
+        lo, hi, _ = paired_interval("score", [row["scores"]], [base["scores"]])
     return None if math.isnan(lo) else [round(lo, 4), round(hi, 4)]
 
 
 def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metric_name: str,
            preferred: str, force: bool | str = False, budget: Any = None,
            say: Callable[[str], None] | None = None, threads: int = 1,
+           parts: tuple[Any, ...] = (),
            ) -> tuple[Any, Selection]:
     """Score every candidate on ``valset``; return (the program to ship, the selection).
 
@@ -196,6 +232,9 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
     ``say`` gets a line as each candidate starts and ends: on the 1.5B a full candidate takes
     many minutes, and a compile that prints nothing for an hour looks hung. ``threads``:
     validation questions answered at once (scores and answers keep the questions' order).
+    ``parts``: for a set-level ``metric_name`` (``dr``), the per-question metrics it is
+    computed from (``dspy_metric`` puts them on ``metric.parts``); candidates are then ranked
+    by the statistic over the set (module docstring).
     """
     if not candidates or candidates[0].label != ZERO_SHOT:
         raise ValueError("the zero-shot program must be the first candidate")
@@ -222,7 +261,8 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
         else:
             tell(f"candidate {i}/{len(candidates)} {cand.label}: scoring on {len(valset)} "
                  "validation questions ...")
-            row = _score_one(cand, valset, metric, memo, budget, threads)
+            row = _score_one(cand, valset, metric, memo, budget, threads, parts=parts,
+                             metric_name=metric_name)
             seen[key] = row
             cached = (f" ({row['cached_calls']} of them from the response cache)"
                       if row["cached_calls"] else "")
@@ -230,11 +270,11 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
                  f"{row['mean']:.3f} ({row['lm_calls']} LM calls{cached}, {row['memo_hits']} "
                  f"answered from the memo, {row['seconds']:.0f} s)")
         results.append((cand, row))
-    base = results[0][1]["scores"]
+    base = results[0][1]
     for _, row in results:
-        row["diff_vs_zero_shot"] = round(row["mean"] - results[0][1]["mean"], 4)
+        row["diff_vs_zero_shot"] = round(row["mean"] - base["mean"], 4)
         row["interval_vs_zero_shot"] = (None if row["label"] == ZERO_SHOT
-                                        else _paired(row["scores"], base))
+                                        else _paired(row, base, metric_name))
     best_cand, best = max(results, key=lambda cr: (cr[1]["mean"], cr[0].label == ZERO_SHOT))
     by_label = {c.label: (c, r) for c, r in results}
     zero_mean = results[0][1]["mean"]
@@ -257,7 +297,9 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
                       "shipping zero-shot (force=True / --force ships the compiled one, "
                       "--ship LABEL any candidate)")
     sel.shipped = ship.label
-    sel.rows = [{k: v for k, v in r.items() if k != "scores"} | {"scores": r["scores"]}
-                for _, r in results]
+    sel.rows = [{k: v for k, v in r.items() if k not in ("scores", "parts")}
+                | {"scores": r["scores"]} for _, r in results]
+    if parts:
+        sel.statistic = f"{metric_name} over the set, from its parts"
     record_event("select", sel.reason[:300])
     return ship.program, sel

@@ -76,7 +76,8 @@ def test_a_reader_adds_d_f1_and_dr_and_what_a_dr_objective_would_ship(use_lm, tm
     for c in scored:  # DR is the set-level statistic of the two means
         assert c["dr"] == pytest.approx(math.sqrt(c["d_f1"] * c["rouge_l"]))
         assert (c["label"] == "zero-shot") == ("dr_vs_zero_shot" not in c)
-    assert m["shipped_by_dr"] == compile_choice.shipped_by(m["candidates"], "dr_q")
+    assert m["shipped_by_dr"] == compile_choice.shipped_by(m["candidates"], "dr")
+    assert m["shipped_by_dr_q"] == compile_choice.shipped_by(m["candidates"], "dr_q")
     for c in scored:  # the mean of per-question roots never exceeds the root of the means
         assert c["dr_q"] <= c["dr"] + 1e-9
     text = compile_choice.render(m, "python -m benchmarks.compile_choice x --reader r")

@@ -2,7 +2,7 @@
 # Issue 46: the compile-v5 choices were made by `str-rouge` (no D-F1 reader was on the machine
 # then). Each candidate's stored validation answers (A.selection.jsonl) read by the shipped
 # reader (extractive:minilm-asqa-v4): D-F1 and DR per candidate, and the candidate a
-# `--metric dr` compile would have shipped by the same rule (the best mean of per-question DR). No LM call; ~5 min on 2 cores.
+# `--metric dr` compile would have shipped by the same rule (the best DR over the set). No LM call; ~5 min on 2 cores.
 #   bash benchmarks/results/compile-v5/by-dr.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

@@ -111,6 +111,64 @@ def test_compile_ships_a_better_candidate_with_its_paired_interval(use_lm, rag):
     assert dict(compiled.named_predictors())["long_answer.write"].demos
 
 
+class _Scored(dspy.Module):
+    """A candidate whose per-question D-F1 and ROUGE-L are given: question i -> (d[i], r[i]).
+    Its one predictor is never called; its instructions only make its state its own."""
+
+    def __init__(self, label: str, d: list[float], r: list[float]) -> None:
+        super().__init__()
+        self.p = dspy.Predict(dspy.Signature("question -> answer", label))
+        self.values = {f"q{i}": (d[i], r[i]) for i in range(len(d))}
+
+    def forward(self, question: str) -> dspy.Prediction:
+        d, r = self.values[question]
+        return dspy.Prediction(answer=question, d=d, r=r)
+
+
+def test_a_set_level_objective_ranks_candidates_by_its_statistic_over_the_set():
+    """DR is sqrt(mean D-F1 × mean ROUGE-L) over the set. A candidate strong on D-F1 where
+    it is weak on ROUGE-L and the other way round has per-question roots of 0 but set-level DR
+    0.5: ranked by DR it beats a zero-shot program at 0.3 everywhere; ranked by the mean of
+    per-question roots it loses. The choice ranks by the statistic the targets are stated in."""
+    import math
+
+    from ambiqa.optimizers.select import Candidate, choose
+
+    valset = [dspy.Example(id=f"q{i}", question=f"q{i}").with_inputs("question")
+              for i in range(6)]
+    zero = _Scored("zero", [0.3] * 6, [0.3] * 6)
+    split = _Scored("split", [1, 0] * 3, [0, 1] * 3)
+    cands = [Candidate("zero-shot", zero), Candidate("split", split)]
+    per_question = lambda ex, pred, trace=None: math.sqrt(pred.d * pred.r)  # noqa: E731
+    parts = (lambda ex, pred, trace=None: pred.d, lambda ex, pred, trace=None: pred.r)
+    shipped, sel = choose(cands, valset, per_question, metric_name="dr", preferred="split",
+                          parts=parts)
+    rows = {r["label"]: r for r in sel.rows}
+    assert sel.shipped == "split" and shipped is split
+    assert rows["split"]["mean"] == pytest.approx(0.5)
+    assert rows["zero-shot"]["mean"] == pytest.approx(0.3)
+    assert rows["split"]["scores"] == [0.0] * 6  # each question's own root, kept for reading
+    assert sel.to_dict()["statistic"] == "dr over the set, from its parts"
+    assert "parts" not in sel.to_dict()["candidates"][0]
+    # without the parts the mean of per-question roots decides, and zero-shot ships
+    _, by_mean = choose(cands, valset, per_question, metric_name="dr", preferred="split")
+    assert by_mean.shipped == "zero-shot"
+    assert by_mean.to_dict()["statistic"] == "mean over the questions"
+
+
+def test_dspy_metric_carries_the_parts_of_a_set_level_metric():
+    class Reader:
+        name = "fixed"
+
+        def answer(self, question: str, context: str) -> str:
+            return context
+
+    dr = dspy_metric("dr", reader=Reader())
+    assert [p.metric_name for p in dr.parts] == ["d-f1", "rouge-l"]
+    assert all(p.reader_name == "fixed" for p in dr.parts)
+    assert dspy_metric("str-em").parts == ()
+
+
 def test_validation_questions_are_never_trained_on(use_lm, rag):
     writer_lm(use_lm, demos_help=True)
     train = load_dataset("demo:train")
