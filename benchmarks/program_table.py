@@ -59,6 +59,10 @@ STEP = f"{DR_V4}/step-replay/runs"
 #: zero-shot Diva from today's code (compile-v4's arm's questions, replayed with the loop guard
 #: of issue 45: benchmarks/results/loop-guard), the pair of every compile-v5 dev arm
 DIVA_GUARDED = f"{DR_V4}/loop-guard/runs/on"
+#: runs made with the shipped reader in place (D-F1 read as they ran): ToC's compile-v5 dev
+#: arms, zero-shot ToC from today's code and the shipped compiled ToC on the same questions
+V5_RUNS = "benchmarks/results/compile-v5/runs"
+TOC_ZERO = f"{V5_RUNS}/toc-zeroshot"
 SHORT = "benchmarks/results/evidence"
 
 
@@ -382,6 +386,12 @@ README_ROWS: list[ReadmeRow] = [
               _chosen(f"{STEP}/brief")),
     ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
               "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
+    ReadmeRow("`toc`, compiled: `--optimizer knn --knn-gold-only --select-val 12 --metric "
+              "str-rouge` (compile-v5; shipped knn+writer=none)",
+              "not yet: by DR on its own validation questions it would have shipped zero-shot "
+              "(compile-v5/by-dr)", f"{V5_RUNS}/toc-knn-writer-none",
+              _chosen(f"{V5_RUNS}/toc-knn-writer-none", TOC_ZERO,
+                      "zero-shot toc (today's code")),
     ReadmeRow("`verdict` (`ambiqa.VerDICt`)", "per-passage grounding, with an LM that can "
               "abstain", _asqa("verdict"), _verdict),
     ReadmeRow("`query_refinement`", "a closed-book baseline naming readings",

@@ -110,7 +110,9 @@ def choice_lines(optimizer: dict[str, Any]) -> list[str]:
     if sel.get("skipped"):
         lines.append(f"- not checked against zero-shot: {sel['skipped']}")
     elif sel.get("reason"):
-        lines.append(f"- chosen on the validation split: {sel['reason']}")
+        how = sel.get("statistic")
+        scored = f" (scored as {how})" if how and how != "mean over the questions" else ""
+        lines.append(f"- chosen on the validation split{scored}: {sel['reason']}")
         for row in sel.get("candidates") or []:
             ci = row.get("interval_vs_zero_shot")
             lines.append(f"  - {row.get('label')}: {sel.get('metric')} {row.get('mean', 0):.3f}"

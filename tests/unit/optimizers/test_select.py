@@ -150,6 +150,10 @@ def test_a_set_level_objective_ranks_candidates_by_its_statistic_over_the_set():
     assert rows["split"]["scores"] == [0.0] * 6  # each question's own root, kept for reading
     assert sel.to_dict()["statistic"] == "dr over the set, from its parts"
     assert "parts" not in sel.to_dict()["candidates"][0]
+    from ambiqa.optimizers.export import choice_lines
+
+    assert choice_lines({"selection": sel.to_dict()})[0].startswith(
+        "- chosen on the validation split (scored as dr over the set, from its parts): ")
     # without the parts the mean of per-question roots decides, and zero-shot ships
     _, by_mean = choose(cands, valset, per_question, metric_name="dr", preferred="split")
     assert by_mean.shipped == "zero-shot"
