@@ -385,10 +385,13 @@ README_ROWS: list[ReadmeRow] = [
               "hit its cap and are retried (step-replay)", f"{STEP}/brief",
               _chosen(f"{STEP}/brief")),
     ReadmeRow("`toc` (`ambiqa.TreeOfClarifications`)",
-              "a clarification tree; compile with `knn --knn-gold-only`", _asqa("toc"), _toc),
+              "a clarification tree; zero-shot, the 1.5B mostly restates the question (one "
+              "reading); compiled with gold clarify demos it names more (next row)",
+              _asqa("toc"), _toc),
     ReadmeRow("`toc`, compiled: `--optimizer knn --knn-gold-only --select-val 12 --metric "
               "str-rouge` (compile-v5; shipped knn+writer=none)",
-              "not yet: by DR on its own validation questions it would have shipped zero-shot "
+              "more readings per question, at 1.8x zero-shot's computed prompt tokens; by DR on "
+              "its validation questions a compile would have shipped zero-shot "
               "(compile-v5/by-dr)", f"{V5_RUNS}/toc-knn-writer-none",
               _chosen(f"{V5_RUNS}/toc-knn-writer-none", TOC_ZERO,
                       "zero-shot toc (today's code")),
