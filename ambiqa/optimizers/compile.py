@@ -158,6 +158,8 @@ def compile_program(program: dspy.Module, trainset: list[Any], *, optimizer: str
                                                say=say)
         if select_set:
             parts = tuple(SafeMetric(p) for p in getattr(metric, "parts", ()))
+            if parts:  # the statistic is the metric's own, whatever label the caller gave
+                metric_name = getattr(metric, "metric_name", metric_name)
             compiled = _choose(compiled, zero_shot, given, select_set, trainset, safe, report,
                                label=optimizer + ("+plan" if plan else ""),
                                variants=candidates, force=force, metric_name=metric_name,

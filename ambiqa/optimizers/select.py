@@ -238,6 +238,12 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
     """
     if not candidates or candidates[0].label != ZERO_SHOT:
         raise ValueError("the zero-shot program must be the first candidate")
+    if parts:
+        from ambiqa.evaluation.metric_names import parts_of, set_level_name
+
+        if set_level_name(metric_name) is None or len(parts_of(metric_name)) != len(parts):
+            raise ValueError(f"parts given for {metric_name!r}, which is not a set-level "
+                             "metric of that many parts")
     if isinstance(force, str):
         labels = [c.label for c in candidates]
         if force not in labels:  # said before any candidate is scored

@@ -160,6 +160,25 @@ def test_a_set_level_objective_ranks_candidates_by_its_statistic_over_the_set():
     assert by_mean.to_dict()["statistic"] == "mean over the questions"
 
 
+def test_a_dr_compile_records_dr_over_the_set_whatever_label_it_was_given(use_lm, rag):
+    """compile_program takes the statistic from the metric it was given (``dspy_metric``'s
+    parts and name), so a caller's label cannot make DR score as the mean of D-F1."""
+    class Reader:
+        name = "whole"
+
+        def answer(self, question: str, context: str) -> str:
+            return context
+
+    writer_lm(use_lm, demos_help=True)
+    _, report = compile_program(rag, load_dataset("demo:train"), optimizer="labeled",
+                                metric=dspy_metric("dr", reader=Reader()), k=2, select=True,
+                                metric_name="objective")
+    sel = report.settings["selection"]
+    assert sel["statistic"] == "dr over the set, from its parts"
+    zero = next(r for r in sel["candidates"] if r["label"] == "zero-shot")
+    assert 0.0 <= zero["mean"] <= 1.0 and len(zero["scores"]) == sel["n_val"]
+
+
 def test_dspy_metric_carries_the_parts_of_a_set_level_metric():
     class Reader:
         name = "fixed"
