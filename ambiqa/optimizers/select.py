@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambiqa.errors import ConfigError
+from ambiqa.evaluation.metric_names import parts_of, set_level_name
 from ambiqa.evaluation.registry import interpretations_of, prediction_answer
 from ambiqa.parallel import run_parallel
 from ambiqa.tracing import record_event, track
@@ -239,8 +240,6 @@ def choose(candidates: list[Candidate], valset: list[Any], metric: Any, *, metri
     if not candidates or candidates[0].label != ZERO_SHOT:
         raise ValueError("the zero-shot program must be the first candidate")
     if parts:
-        from ambiqa.evaluation.metric_names import parts_of, set_level_name
-
         if set_level_name(metric_name) is None or len(parts_of(metric_name)) != len(parts):
             raise ValueError(f"parts given for {metric_name!r}, which is not a set-level "
                              "metric of that many parts")
