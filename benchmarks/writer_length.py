@@ -119,6 +119,8 @@ def writer_demos(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     ``not stored`` (the artifact is not in this checkout) or ``changed`` (its sha256 is not the
     run's); ``words`` lists the demos' lengths for a compiled artifact."""
     program = str(spec.get("program") or "")
+    if isinstance(spec.get("writer_replay"), dict):
+        return replayed_writer(spec["writer_replay"])
     if not program.endswith(".json"):
         return {"status": "zero-shot", "program": program, "optimizer": "zero-shot",
                 "artifact": None, "predictor": None, "words": [], "demos": []}
@@ -140,6 +142,20 @@ def writer_demos(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     return {**out, "status": "compiled", "program": manifest.get("program", "?"),
             "optimizer": opt.get("name", "?"), "knn_k": opt.get("k") if opt.get("name") == "knn"
             else None, "predictor": found[0] if found else None,
+            "words": [d["words"] for d in demos], "demos": demos}
+
+
+def replayed_writer(replay: dict[str, Any]) -> dict[str, Any]:
+    """The writer demos of a ``benchmarks.writer_replay`` run: drawn again from the training
+    data exactly as that run drew them (its plan, split, carve and seed; no LM call)."""
+    from benchmarks.writer_replay import WRITER, writer_with_plan
+
+    step, _ = writer_with_plan(str(replay["plan"]), str(replay["train"]),
+                               int(replay["select_val"]), int(replay.get("seed", 0)))
+    demos = [read_demo(d.toDict()) for d in step.write.demos]
+    return {"status": "compiled", "program": "diva",
+            "optimizer": f"writer replay ({replay['plan']})",
+            "artifact": f"writer replay: {replay['plan']}", "knn_k": None, "predictor": WRITER,
             "words": [d["words"] for d in demos], "demos": demos}
 
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 46: the writer-only candidate a `--metric dr` compile ships (compile-v5/by-dr: the
+# form-picked gold writer demo on zero-shot Diva's upstream), on ASQA dev n = 60, its upstream
+# replayed from zero-shot Diva's stored run (today's code, loop guard on); and the zero-shot
+# writer rerun on the same inputs (the spread the writer's own sampling adds). Only writer
+# calls reach the LM (~40 min an arm on 2 cores). Resumable: rerun the same line.
+#   bash benchmarks/results/compile-dr/run.sh ARM      # ARM: writer-gold1 | writer-none
+#   bash benchmarks/results/compile-dr/run.sh report   # compare + readings, no LM call
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+R=benchmarks/results/compile-dr
+UP=benchmarks/results/loop-guard/runs/on       # the run that made the rows (passages kept)
+BASE=benchmarks/results/dr-v4/loop-guard/runs/on  # its copy with D-F1 read by v4
+case "${1:?ARM or report}" in
+  writer-gold1) plan=writer=gold:1 ;;
+  writer-none) plan=writer=none ;;
+  report)
+    ambiqa compare "$BASE" "$R/runs/writer-gold1" "$R/runs/writer-none" --out "$R/compare-dev" \
+      --metrics d-f1,dr,str-em,rouge-l > /dev/null
+    python -m benchmarks.readings "$BASE" "$R/runs/writer-gold1" "$R/runs/writer-none" \
+      --data asqa:dev > "$R/readings.md"
+    exit 0 ;;
+  *) echo "unknown arm $1" >&2; exit 2 ;;
+esac
+python -m benchmarks.writer_replay --upstream "$UP" --plan "$plan" --train asqa:train:36 \
+  --select-val 12 --data asqa:dev:60 --out "$R/runs/$1" --resume --threads 2
