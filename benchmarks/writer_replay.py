@@ -118,6 +118,25 @@ def writer_with_plan(plan: str, train: str, select_val: int, seed: int = 0) -> t
                                  "train": train, "select_val": select_val, "seed": seed}
 
 
+def check_artifact(path: Path, long_answer: Any) -> list[str]:
+    """Refuse unless the compiled artifact at ``path`` shows its writer the demos the replay
+    gives it (question and long answer of each, in order): then the dev arm is that
+    artifact's writer. Returns the artifact's other predictors that hold demos (the replay
+    takes theirs from the upstream run, which must have run with the same ones)."""
+    try:
+        state = json.loads(Path(path).read_text(encoding="utf-8"))["state"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"--artifact {path}: not a readable ambiqa artifact ({exc})") from exc
+    got = [(d.get("question"), d.get("long_answer"))
+           for d in (state.get(WRITER) or {}).get("demos") or []]
+    want = [(d.get("question"), d.get("long_answer")) for d in long_answer.write.demos]
+    if got != want:
+        raise ConfigError(f"--artifact {path}: its writer shows {len(got)} demo(s) that are not "
+                          f"the plan's {len(want)}",
+                          hint="the replay would not be that artifact's writer")
+    return sorted(n for n, st in state.items() if n != WRITER and (st or {}).get("demos"))
+
+
 #: an answer that talks about its inputs ("This is stated in the first interpretation")
 _META = re.compile(r"\b(interpretations?|passages?)\b", re.I)
 
@@ -172,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", default="asqa:train:36")
     ap.add_argument("--select-val", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--artifact", type=Path, default=None,
+                    help="a compiled artifact whose writer demos must be the plan's (checked)")
     ap.add_argument("--data", help="the upstream run's data, e.g. asqa:dev:60")
     ap.add_argument("--metrics", default="str-em,rouge-l,d-f1,dr")
     ap.add_argument("--reader", default=None, help="D-F1 reader (default: the shipped one)")
@@ -191,15 +212,20 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("the arguments " + ", ".join(missing) + " are required (or --report)")
 
     import ambiqa
+    from ambiqa.lm.factory import LMSpec
 
     upstream = load_upstream(args.upstream)  # before any model loads
     writer, applied = writer_with_plan(args.plan, args.train, args.select_val, args.seed)
     for d in applied["demos"]:
         print(f"writer demo: {d['question']!r} ({d['words']} words)")
+    if args.artifact is not None:
+        others = check_artifact(args.artifact, writer)
+        print(f"{args.artifact}: its writer demos are the plan's; other predictors with demos "
+              f"(taken from the upstream run): {', '.join(others) or 'none'}")
     result = ambiqa.evaluate(
         WriterReplay(writer, upstream), args.data, metrics=args.metrics, reader=args.reader,
         out=args.out, resume=args.resume, threads=args.threads, progress=True,
-        lm=ambiqa.make_lm(),
+        lm=LMSpec(),  # $AMBIQA_LM or the embedded default, recorded in run.json
         extra={"writer_replay": {**applied, "upstream": str(args.upstream)}})
     print(json.dumps(result.metrics, indent=1))
     return 0

@@ -89,3 +89,19 @@ def test_answer_form_counts_the_writers_questions_only(tmp_path):
     assert (form["writer_calls"], form["writer_cut"]) == (2, 1)
     text = writer_replay.render_form([form], "python -m benchmarks.writer_replay --report x")
     assert "| 2 | 6 |" in text and "| 1 of 2 |" in text
+
+
+def test_an_artifact_whose_writer_shows_other_demos_is_refused(tmp_path):
+    import dspy
+
+    step = LongAnswerStep()
+    step.write.demos = [dspy.Example(question="Q?", interpretations="- Q? -> A",
+                                     passages="", long_answer="A is the answer.")]
+    same = {"state": {"long_answer.write": {"demos": [dict(step.write.demos[0])]},
+                      "clarify.clarify": {"demos": [{"question": "x"}]}, "verify": {}}}
+    (tmp_path / "same.json").write_text(json.dumps(same))
+    assert writer_replay.check_artifact(tmp_path / "same.json", step) == ["clarify.clarify"]
+    other = {"state": {"long_answer.write": {"demos": []}}}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(ConfigError, match="not the plan's 1"):
+        writer_replay.check_artifact(tmp_path / "other.json", step)

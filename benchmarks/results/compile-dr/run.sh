@@ -5,7 +5,7 @@
 # writer rerun on the same inputs (the spread the writer's own sampling adds). Only writer
 # calls reach the LM (~40 min an arm on 2 cores). Resumable: rerun the same line.
 #   bash benchmarks/results/compile-dr/run.sh ARM      # ARM: writer-gold1 | writer-none
-#   bash benchmarks/results/compile-dr/run.sh report   # compare + readings, no LM call
+#   bash benchmarks/results/compile-dr/run.sh report   # compare + answer form, no LM call
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 R=benchmarks/results/compile-dr
@@ -14,11 +14,16 @@ BASE=benchmarks/results/dr-v4/loop-guard/runs/on  # its copy with D-F1 read by v
 case "${1:?ARM or report}" in
   writer-gold1) plan=writer=gold:1 ;;
   writer-none) plan=writer=none ;;
-  report)
-    ambiqa compare "$BASE" "$R/runs/writer-gold1" "$R/runs/writer-none" --out "$R/compare-dev" \
-      --metrics d-f1,dr,str-em,rouge-l > /dev/null
-    python -m benchmarks.readings "$BASE" "$R/runs/writer-gold1" "$R/runs/writer-none" \
-      --data asqa:dev > "$R/readings.md"
+  report)  # over the arms that exist
+    arms=(); for a in writer-gold1 writer-none clarify-gold1-writer-gold1; do
+      [ -f "$R/runs/$a/results.jsonl" ] && arms+=("$R/runs/$a"); done
+    ambiqa compare "$BASE" "${arms[@]}" --out "$R/compare-dev" --metrics dr,d-f1,str-em,rouge-l \
+      > /dev/null
+    # the answers' form; the zero-shot writer's cut replies are counted where it decoded
+    # (compile-v4's arm: the loop-guard run replayed it from the response cache)
+    python -m benchmarks.writer_replay --report "$UP" benchmarks/results/compile-v4/runs/diva-zeroshot \
+      "${arms[@]}" --out "$R/answer-form.md"
+    python -m benchmarks.writer_length > /dev/null
     exit 0 ;;
   *) echo "unknown arm $1" >&2; exit 2 ;;
 esac
