@@ -63,6 +63,7 @@ DIVA_GUARDED = f"{DR_V4}/loop-guard/runs/on"
 #: arms, zero-shot ToC from today's code and the shipped compiled ToC on the same questions
 V5_RUNS = "benchmarks/results/compile-v5/runs"
 TOC_ZERO = f"{V5_RUNS}/toc-zeroshot"
+DR_RUNS = "benchmarks/results/compile-dr/runs"
 SHORT = "benchmarks/results/evidence"
 
 
@@ -379,6 +380,14 @@ README_ROWS: list[ReadmeRow] = [
               "the same, clarify shown one gold ASQA example (specified readings)",
               f"{V5}/diva-clarify-gold-guarded",
               _chosen(f"{V5}/diva-clarify-gold-guarded")),
+    # a writer replay: its upstream is zero-shot Diva's stored rows, so its own calls and
+    # tokens are the writer's alone; the calls and cost cells shown are the upstream run's
+    # (the same calls; its tokens "–": replayed from the response cache)
+    ReadmeRow("`diva`, compiled: `--candidates writer=gold:1` (the choice DR made on "
+              "compile-v5's validation answers, compile-dr)",
+              "answers of the references' length at the same DR, 75 fewer writer output "
+              "tokens a question; STR-EM undecided, leaning lower (writer replay: upstream held at "
+              "zero-shot's)", DIVA_GUARDED, _chosen(f"{DR_RUNS}/writer-gold1")),
     ReadmeRow('`diva` `{"verify_evidence": "brief"}`',
               "a verifier that cites the passage instead of copying it: 39 fewer output tokens "
               "a question, the right path more often; an option while a third of its replies "
