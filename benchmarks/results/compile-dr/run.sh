@@ -4,7 +4,9 @@
 # replayed from zero-shot Diva's stored run (today's code, loop guard on); and the zero-shot
 # writer rerun on the same inputs (the spread the writer's own sampling adds). Only writer
 # calls reach the LM (~40 min an arm on 2 cores). Resumable: rerun the same line.
-#   bash benchmarks/results/compile-dr/run.sh ARM      # ARM: writer-gold1 | writer-none
+#   bash benchmarks/results/compile-dr/run.sh ARM      # writer-gold1 | writer-none |
+#                                                      # clarify-gold1-writer-gold1
+#   ARTIFACT=benchmarks/results/compile-dr/diva-dr.json bash ... ARM  # checks its writer demos
 #   bash benchmarks/results/compile-dr/run.sh report   # compare + answer form, no LM call
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -14,11 +16,19 @@ BASE=benchmarks/results/dr-v4/loop-guard/runs/on  # its copy with D-F1 read by v
 case "${1:?ARM or report}" in
   writer-gold1) plan=writer=gold:1 ;;
   writer-none) plan=writer=none ;;
+  # clarify's gold demo and the writer's: upstream from compile-v5's clarify=gold:1 dev arm
+  # (today's code, loop guard on), the writer with the gold demo on its pairs
+  clarify-gold1-writer-gold1) plan=writer=gold:1
+    UP=benchmarks/results/compile-v5/runs/diva-clarify-gold-guarded ;;
   report)  # over the arms that exist
     arms=(); for a in writer-gold1 writer-none clarify-gold1-writer-gold1; do
       [ -f "$R/runs/$a/results.jsonl" ] && arms+=("$R/runs/$a"); done
     ambiqa compare "$BASE" "${arms[@]}" --out "$R/compare-dev" --metrics dr,d-f1,str-em,rouge-l \
       > /dev/null
+    if [ -f "$R/runs/clarify-gold1-writer-gold1/results.jsonl" ]; then  # vs its upstream
+      ambiqa compare benchmarks/results/dr-v4/compile-v5/runs/diva-clarify-gold-guarded \
+        "$R/runs/clarify-gold1-writer-gold1" --out "$R/compare-dev-clarify-gold" \
+        --metrics dr,d-f1,str-em,rouge-l > /dev/null; fi
     # the answers' form; the zero-shot writer's cut replies are counted where it decoded
     # (compile-v4's arm: the loop-guard run replayed it from the response cache)
     python -m benchmarks.writer_replay --report "$UP" benchmarks/results/compile-v4/runs/diva-zeroshot \
@@ -28,4 +38,5 @@ case "${1:?ARM or report}" in
   *) echo "unknown arm $1" >&2; exit 2 ;;
 esac
 python -m benchmarks.writer_replay --upstream "$UP" --plan "$plan" --train asqa:train:36 \
-  --select-val 12 --data asqa:dev:60 --out "$R/runs/$1" --resume --threads 2
+  --select-val 12 --data asqa:dev:60 --out "$R/runs/$1" --resume --threads 2 \
+  ${ARTIFACT:+--artifact "$ARTIFACT"}
