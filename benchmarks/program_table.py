@@ -380,14 +380,16 @@ README_ROWS: list[ReadmeRow] = [
               "the same, clarify shown one gold ASQA example (specified readings)",
               f"{V5}/diva-clarify-gold-guarded",
               _chosen(f"{V5}/diva-clarify-gold-guarded")),
-    # a writer replay: its upstream is zero-shot Diva's stored rows, so its own calls and
-    # tokens are the writer's alone; the calls and cost cells shown are the upstream run's
+    # a writer replay: its upstream is stored rows (clarify=gold:1's dev arm), so its own calls
+    # and tokens are the writer's alone; the calls and cost cells shown are zero-shot Diva's
     # (the same calls; its tokens "–": replayed from the response cache)
-    ReadmeRow("`diva`, compiled: `--candidates writer=gold:1` (the choice DR made on "
-              "compile-v5's validation answers, compile-dr)",
-              "answers of the references' length at the same DR, 75 fewer writer output "
-              "tokens a question; STR-EM undecided, leaning lower (writer replay: upstream held at "
-              "zero-shot's)", DIVA_GUARDED, _chosen(f"{DR_RUNS}/writer-gold1")),
+    ReadmeRow("`diva`, compiled: `--optimizer none --select-val 12 --metric dr --candidates "
+              "'writer=gold:1;clarify=gold:1,writer=gold:1'` (compile-dr; shipped clarify=gold:1,"
+              "writer=gold:1)",
+              "Diva compiled by DR on held-out training questions: answers of the references' "
+              "length, 47 fewer writer output tokens a question than clarify=gold:1 alone "
+              "(writer replay: upstream held at that arm's)", DIVA_GUARDED,
+              _chosen(f"{DR_RUNS}/clarify-gold1-writer-gold1")),
     ReadmeRow('`diva` `{"verify_evidence": "brief"}`',
               "a verifier that cites the passage instead of copying it: 39 fewer output tokens "
               "a question, the right path more often; an option while a third of its replies "

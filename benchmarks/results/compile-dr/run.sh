@@ -29,6 +29,9 @@ case "${1:?ARM or report}" in
       ambiqa compare benchmarks/results/dr-v4/compile-v5/runs/diva-clarify-gold-guarded \
         "$R/runs/clarify-gold1-writer-gold1" --out "$R/compare-dev-clarify-gold" \
         --metrics dr,d-f1,str-em,rouge-l > /dev/null; fi
+    # the target "beats the best compiled vanilla_rag" (labeled, read by v4), same questions
+    ambiqa compare benchmarks/results/evidence-rescored-v4/asqa-compiled/vanilla_rag-labeled \
+      "${arms[@]}" --out "$R/compare-vs-vanilla" --metrics dr,d-f1,str-em,rouge-l > /dev/null
     # the answers' form; the zero-shot writer's cut replies are counted where it decoded
     # (compile-v4's arm: the loop-guard run replayed it from the response cache)
     python -m benchmarks.writer_replay --report "$UP" benchmarks/results/compile-v4/runs/diva-zeroshot \
