@@ -159,7 +159,8 @@ def replayed_writer(replay: dict[str, Any]) -> dict[str, Any]:
             "words": [d["words"] for d in demos], "demos": demos}
 
 
-def _rows(run_dir: Path) -> list[dict[str, Any]]:
+def run_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's rows, one per question id (a resumed run's later row for an id wins)."""
     rows: dict[str, dict[str, Any]] = {}
     for line in (run_dir / "results.jsonl").read_text("utf-8").splitlines():
         if line.strip():
@@ -213,7 +214,7 @@ def answer_words(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 def measure_run(run_dir: Path, root: Path, refs: References) -> dict[str, Any]:
     spec = json.loads((run_dir / "run.json").read_text("utf-8"))
-    rows = _rows(run_dir)
+    rows = run_rows(run_dir)
     got = answer_words(rows)
     ref = refs(str(spec.get("data")))
     ref_words = [statistics.median(words(a) for a in ref[i]) for i in got if ref.get(i)]

@@ -147,9 +147,9 @@ def answer_form(run_dir: Path) -> dict[str, Any]:
     they were given, answers stating at most one of two or more distinct answers they were
     handed (``collapsed``), and the writer's calls cut at its output cap."""
     from benchmarks.stored_runs import words
-    from benchmarks.writer_length import _rows, collapsed, sentences
+    from benchmarks.writer_length import collapsed, run_rows, sentences
 
-    rows = [r for r in _rows(Path(run_dir)) if not r.get("error")
+    rows = [r for r in run_rows(Path(run_dir)) if not r.get("error")
             and (r.get("prediction") or {}).get("path") == "rag"]
     answers = [str(r["prediction"].get("answer") or "") for r in rows]
     writer = [((r.get("cost") or {}).get("by_signature") or {}).get("WriteLongAnswer") or {}
