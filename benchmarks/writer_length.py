@@ -150,10 +150,11 @@ def replayed_writer(replay: dict[str, Any]) -> dict[str, Any]:
     data exactly as that run drew them (its plan, split, carve and seed; no LM call)."""
     from benchmarks.writer_replay import WRITER, writer_with_plan
 
+    program = str(replay.get("program") or "diva")  # runs before ToC's replay were Diva's
     step, _ = writer_with_plan(str(replay["plan"]), str(replay["train"]),
-                               int(replay["select_val"]), int(replay.get("seed", 0)))
+                               int(replay["select_val"]), int(replay.get("seed", 0)), program)
     demos = [read_demo(d.toDict()) for d in step.write.demos]
-    return {"status": "compiled", "program": "diva",
+    return {"status": "compiled", "program": program,
             "optimizer": f"writer replay ({replay['plan']})",
             "artifact": f"writer replay: {replay['plan']}", "knn_k": None, "predictor": WRITER,
             "words": [d["words"] for d in demos], "demos": demos}

@@ -1,22 +1,28 @@
 """A writer-only candidate on dev, its upstream replayed from a stored run (issue 46).
 
-A compile candidate that changes only Diva's long-answer writer (``writer=gold:1``, say)
+A compile candidate that changes only the long-answer writer of Diva or ToC (``writer=gold:1``, say)
 shares every upstream call with the program it was derived from: the compile's call memo
 answers typing, rewriting, retrieval, verification and clarify from the candidate already
 scored, and only the writer reaches the LM (:mod:`ambiqa.optimizers.select`). This does the
-same on a held-out split: it reads a stored ``ambiqa evaluate diva`` run (``--upstream``, whose
-rows keep each question's path, clarify pairs and kept passages), gives the writer the demos
+same on a held-out split: it reads a stored ``ambiqa evaluate diva`` (or ``toc``) run
+(``--upstream``, whose rows keep each question's path, readings and kept passages), gives the
+writer the demos
 the plan names -- drawn from the training questions exactly as ``ambiqa compile --select-val N``
 draws them, same carve, same seed -- and on every question that took the RAG path calls the
 writer alone, with the stored pairs and passages. A closed-book question keeps its stored
-answer (the writer is not on its path). The result is an ordinary run directory, scored with
-the same metrics and reader, so ``ambiqa compare UPSTREAM OUT`` pairs the two arms.
+answer (the writer is not on its path). ToC has no closed-book path: its writer runs on every
+question, over the tree's kept readings and the passages it chose for them (whole passages,
+as ToC's default shows them; an upstream run with ``trim_sentences`` set would have shown the
+writer trimmed ones, which the replay cannot recover). The result is an ordinary run
+directory, scored with the same metrics and reader, so ``ambiqa compare UPSTREAM OUT`` pairs
+the two arms.
 
 What this measures, and what not: the writer's effect with everything upstream held fixed --
 the comparison the compile itself makes. A full run of the candidate would also resample the
 upstream steps (Diva decodes at temperature 0.3), so its paired interval would be wider; the
 writer's own sampling stays in (``--plan writer=none`` reruns the zero-shot writer on the same
-inputs: the run-to-run spread the writer alone adds).
+inputs: the run-to-run spread the writer alone adds). ToC decodes at temperature 0, so its
+replayed zero-shot writer should reproduce the stored answers.
 
     python -m benchmarks.writer_replay --upstream benchmarks/results/loop-guard/runs/on \\
         --plan writer=gold:1 --train asqa:train:36 --select-val 12 --data asqa:dev:60 \\
@@ -38,6 +44,14 @@ from ambiqa.programs.base import AmbiqaProgram
 from ambiqa.types import Interpretation, Passage
 
 WRITER = "long_answer.write"
+#: the programs whose writer this replays: both build it from ``LongAnswerStep``
+PROGRAMS = ("diva", "toc")
+
+
+def on_writer_path(pred: dict[str, Any]) -> bool:
+    """Whether the writer ran on this stored prediction: Diva's RAG path; ToC records no path
+    (its writer runs on every question)."""
+    return pred.get("path", "rag") == "rag"
 
 
 def load_upstream(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -54,7 +68,7 @@ def load_upstream(run_dir: Path) -> dict[str, dict[str, Any]]:
         pred = row.get("prediction") or {}
         if row.get("error") or not pred:
             continue
-        if pred.get("path") == "rag" and not pred.get("passages"):
+        if on_writer_path(pred) and pred.get("interpretations") and not pred.get("passages"):
             raise ConfigError(f"{path}: question {row['id']} has no stored passages",
                               hint="use the run that made the rows, not a copy without them")
         if row["question"] in rows:
@@ -64,7 +78,7 @@ def load_upstream(run_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 class WriterReplay(AmbiqaProgram):
-    """Diva's writer over stored upstream predictions (see the module docstring)."""
+    """A program's writer over stored upstream predictions (see the module docstring)."""
 
     name = "writer_replay"
     needs_retriever = False
@@ -80,7 +94,7 @@ class WriterReplay(AmbiqaProgram):
         if stored is None:
             raise ConfigError(f"question not in the upstream run: {question!r}")
         out = {k: v for k, v in stored.items() if k != "trace"}
-        if stored.get("path") != "rag":
+        if not on_writer_path(stored):
             return out  # closed book: the writer is not on this question's path
         pairs = [Interpretation(p["question"], p["answer"], list(p.get("passages") or []))
                  for p in stored.get("interpretations") or []]
@@ -90,16 +104,21 @@ class WriterReplay(AmbiqaProgram):
         return out
 
 
-def writer_with_plan(plan: str, train: str, select_val: int, seed: int = 0) -> tuple[Any, dict]:
-    """Diva's writer step with the demos ``plan`` gives it, drawn from the training part of
-    ``train`` as ``ambiqa compile --select-val`` carves it; and what was applied."""
+def writer_with_plan(plan: str, train: str, select_val: int, seed: int = 0,
+                     program_name: str = "diva") -> tuple[Any, dict]:
+    """``program_name``'s writer step (with its decoding: Diva's temperature 0.3, ToC's 0) and
+    the demos ``plan`` gives it, drawn from the training part of ``train`` as ``ambiqa compile
+    PROGRAM --select-val`` carves it; and what was applied."""
     from ambiqa.api.plan import load_data
     from ambiqa.api.targets import resolve
     from ambiqa.optimizers.compile import CompileReport, carve_validation, without_demos
     from ambiqa.optimizers.demo_plan import apply_plan, parse_plan, resolve_plan
     from ambiqa.optimizers.recipes import get_recipe, usable_examples
 
-    program = without_demos(resolve("diva", with_index=False).program)
+    if program_name not in PROGRAMS:
+        raise ConfigError(f"--program {program_name!r}: the replay knows "
+                          f"{', '.join(PROGRAMS)}")
+    program = without_demos(resolve(program_name, with_index=False).program)
     parsed = resolve_plan(program, parse_plan(plan))
     if set(parsed) != {WRITER}:
         raise ConfigError(f"--plan {plan!r} names {', '.join(sorted(parsed))}; this replays "
@@ -108,13 +127,14 @@ def writer_with_plan(plan: str, train: str, select_val: int, seed: int = 0) -> t
         raise ConfigError("--plan: signal and bootstrap writer demos need a traced pass; "
                           "use gold or none here")
     examples, spec = load_data(train)
-    usable = usable_examples(examples, get_recipe("diva"), "d-f1", spec or train)
+    usable = usable_examples(examples, get_recipe(program_name), "d-f1", spec or train)
     rest, _val = carve_validation(usable, select_val, seed,
                                   CompileReport(optimizer="none", settings={}))
     applied = apply_plan(program, parsed, rest, seed=seed)
     demos = [{"question": d.get("question"), "words": len(str(d.get("long_answer")).split())}
              for d in program.long_answer.write.demos]
-    return program.long_answer, {"plan": plan, "applied": applied, "demos": demos,
+    return program.long_answer, {"program": program_name, "plan": plan, "applied": applied,
+                                 "demos": demos,
                                  "train": train, "select_val": select_val, "seed": seed}
 
 
@@ -150,7 +170,7 @@ def answer_form(run_dir: Path) -> dict[str, Any]:
     from benchmarks.writer_length import collapsed, run_rows, sentences
 
     rows = [r for r in run_rows(Path(run_dir)) if not r.get("error")
-            and (r.get("prediction") or {}).get("path") == "rag"]
+            and on_writer_path(r.get("prediction") or {})]
     answers = [str(r["prediction"].get("answer") or "") for r in rows]
     writer = [((r.get("cost") or {}).get("by_signature") or {}).get("WriteLongAnswer") or {}
               for r in rows]
@@ -186,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--report", nargs="+", type=Path, metavar="RUN", default=None,
                     help="only tabulate how these runs' answers read (no LM call) into --out")
-    ap.add_argument("--upstream", type=Path, help="a stored Diva run directory")
+    ap.add_argument("--upstream", type=Path, help="a stored Diva or ToC run directory")
+    ap.add_argument("--program", choices=PROGRAMS, default="diva",
+                    help="the program that made --upstream (its writer and decoding)")
     ap.add_argument("--plan", help="the writer's demos: writer=gold:K | none")
     ap.add_argument("--train", default="asqa:train:36")
     ap.add_argument("--select-val", type=int, default=12)
@@ -215,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     from ambiqa.lm.factory import LMSpec
 
     upstream = load_upstream(args.upstream)  # before any model loads
-    writer, applied = writer_with_plan(args.plan, args.train, args.select_val, args.seed)
+    writer, applied = writer_with_plan(args.plan, args.train, args.select_val, args.seed,
+                                       args.program)
     for d in applied["demos"]:
         print(f"writer demo: {d['question']!r} ({d['words']} words)")
     if args.artifact is not None:

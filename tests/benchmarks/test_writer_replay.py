@@ -105,3 +105,25 @@ def test_an_artifact_whose_writer_shows_other_demos_is_refused(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(ConfigError, match="not the plan's 1"):
         writer_replay.check_artifact(tmp_path / "other.json", step)
+
+
+def test_a_toc_row_records_no_path_and_its_writer_runs_on_it(tmp_path, use_lm):
+    toc_row = {k: v for k, v in RAG.items() if k not in ("path", "verdict")}
+    toc_row["tree"] = [{"id": 0, "question": "Who played the twins?"}]
+    up = writer_replay.load_upstream(_run_dir(tmp_path, [("Who played the twins?", toc_row)]))
+    lm = use_lm(scripted_lm({"WriteLongAnswer": {"long_answer": "James Phelps played Fred."}}))
+    out = writer_replay.WriterReplay(LongAnswerStep(), up)(question="Who played the twins?")
+    assert out.answer == "James Phelps played Fred." and out.tree == toc_row["tree"]
+    assert lm.engine.count("WriteLongAnswer") == 1
+    form = writer_replay.answer_form(tmp_path)  # counted as a writer question
+    assert form["n_rag"] == 1
+
+
+def test_tocs_writer_keeps_its_own_decoding_and_the_compiles_demo_draw():
+    step, applied = writer_replay.writer_with_plan("writer=gold:1", "asqa:train:36", 12,
+                                                   program_name="toc")
+    diva, _ = writer_replay.writer_with_plan("writer=gold:1", "asqa:train:36", 12)
+    assert applied["program"] == "toc" and len(step.write.demos) == 1
+    assert step.lm_config == {} and diva.lm_config["temperature"] == 0.3  # ToC decodes at 0
+    with pytest.raises(ConfigError, match="knows diva, toc"):
+        writer_replay.writer_with_plan("writer=gold:1", "asqa:train:36", 12, program_name="eor")
