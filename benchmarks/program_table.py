@@ -406,6 +406,12 @@ README_ROWS: list[ReadmeRow] = [
               "(compile-v5/by-dr)", f"{V5_RUNS}/toc-knn-writer-none",
               _chosen(f"{V5_RUNS}/toc-knn-writer-none", TOC_ZERO,
                       "zero-shot toc (today's code")),
+    ReadmeRow("`toc`, compiled: `--optimizer none --select-val 12 --metric dr --candidates "
+              "'writer=gold:1;clarify=gold:1,writer=gold:1'` (compile-dr; shipped clarify=gold:1,"
+              "writer=gold:1)",
+              "ToC compiled as Diva was: one gold clarify and one gold writer demo, answers "
+              "near the references' length (a full dev run)", f"{DR_RUNS}/toc-dr",
+              _chosen(f"{DR_RUNS}/toc-dr", TOC_ZERO, "zero-shot toc (today's code")),
     ReadmeRow("`verdict` (`ambiqa.VerDICt`)", "per-passage grounding, with an LM that can "
               "abstain", _asqa("verdict"), _verdict),
     ReadmeRow("`query_refinement`", "a closed-book baseline naming readings",

@@ -65,13 +65,19 @@ case "${1:?ARM or report}" in
     # (compile-v4's arm: the loop-guard run replayed it from the response cache)
     python -m benchmarks.writer_replay --report "$UP" benchmarks/results/compile-v4/runs/diva-zeroshot \
       "${arms[@]}" --out "$R/answer-form.md"
-    toc=(); for a in toc-writer-gold1 toc-writer-none; do
+    toc=(); for a in toc-dr toc-writer-gold1 toc-writer-none; do
       [ -f "$R/runs/$a/results.jsonl" ] && toc+=("$R/runs/$a"); done
     if [ ${#toc[@]} -gt 0 ]; then
       ambiqa compare benchmarks/results/compile-v5/runs/toc-zeroshot "${toc[@]}" \
         --out "$R/compare-toc-dev" --metrics dr,d-f1,str-em,rouge-l > /dev/null
       python -m benchmarks.writer_replay --report benchmarks/results/compile-v5/runs/toc-zeroshot \
         "${toc[@]}" --out "$R/answer-form-toc.md"
+      python -m benchmarks.readings benchmarks/results/compile-v5/runs/toc-zeroshot "${toc[@]}" \
+        --data asqa:dev > "$R/readings-toc-dev.md"
+      python -m benchmarks.signature_budget benchmarks/results/compile-v5/runs/toc-zeroshot \
+        "${toc[@]}" --out "$R/signature-budget-toc-dev" > /dev/null
+      ambiqa compare benchmarks/results/evidence-rescored-v4/asqa-compiled/vanilla_rag-labeled \
+        "${toc[@]}" --out "$R/compare-toc-vs-vanilla" --metrics dr,d-f1,str-em,rouge-l > /dev/null
     fi
     python -m benchmarks.writer_length > /dev/null
     exit 0 ;;
