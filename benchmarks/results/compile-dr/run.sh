@@ -8,7 +8,7 @@
 #                                                      # clarify-gold1-writer-gold1 |
 #                                                      # toc-writer-gold1 | toc-writer-none
 # The toc-* arms replay ToC's writer over zero-shot ToC's stored dev run (compile-v5, today's
-# code, temperature 0): the candidate toc-dr.json's compile ranked (compile-toc.sh).
+# code, temperature 0): the candidate toc-dr.json's compile ranked (compile.sh toc).
 #   bash benchmarks/results/compile-dr/run.sh toc-zeroshot N  # extends that run to N (full
 #                                                              # ToC, every call to the LM)
 #   bash benchmarks/results/compile-dr/run.sh toc-dr N        # the shipped toc-dr.json on the
