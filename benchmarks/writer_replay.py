@@ -1,21 +1,20 @@
 """A writer-only candidate on dev, its upstream replayed from a stored run (issue 46).
 
-A compile candidate that changes only the long-answer writer of Diva or ToC (``writer=gold:1``, say)
-shares every upstream call with the program it was derived from: the compile's call memo
+A compile candidate that changes only the long-answer writer of Diva or ToC (``writer=gold:1``,
+say) shares every upstream call with the program it was derived from: the compile's call memo
 answers typing, rewriting, retrieval, verification and clarify from the candidate already
 scored, and only the writer reaches the LM (:mod:`ambiqa.optimizers.select`). This does the
 same on a held-out split: it reads a stored ``ambiqa evaluate diva`` (or ``toc``) run
 (``--upstream``, whose rows keep each question's path, readings and kept passages), gives the
-writer the demos
-the plan names -- drawn from the training questions exactly as ``ambiqa compile --select-val N``
-draws them, same carve, same seed -- and on every question that took the RAG path calls the
-writer alone, with the stored pairs and passages. A closed-book question keeps its stored
-answer (the writer is not on its path). ToC has no closed-book path: its writer runs on every
-question, over the tree's kept readings and the passages it chose for them (whole passages,
-as ToC's default shows them; an upstream run with ``trim_sentences`` set would have shown the
-writer trimmed ones, which the replay cannot recover). The result is an ordinary run
-directory, scored with the same metrics and reader, so ``ambiqa compare UPSTREAM OUT`` pairs
-the two arms.
+writer the demos the plan names -- drawn from the training questions exactly as ``ambiqa
+compile --select-val N`` draws them, same carve, same seed -- and on every question that took
+the RAG path calls the writer alone, with the stored pairs and passages. A closed-book question
+keeps its stored answer (the writer is not on its path). ToC has no closed-book path: its
+writer runs on every question, over the tree's kept readings and the passages it chose for them
+(whole passages, as ToC's default shows them; an upstream run with ``trim_sentences`` set would
+have shown the writer trimmed ones, which the replay cannot recover). The result is an ordinary
+run directory, scored with the same metrics and reader, so ``ambiqa compare UPSTREAM OUT``
+pairs the two arms.
 
 What this measures, and what not: the writer's effect with everything upstream held fixed --
 the comparison the compile itself makes. A full run of the candidate would also resample the

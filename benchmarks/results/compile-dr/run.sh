@@ -22,6 +22,13 @@ PROGRAM=diva
 N=60
 UP=benchmarks/results/loop-guard/runs/on       # the run that made the rows (passages kept)
 BASE=benchmarks/results/dr-v4/loop-guard/runs/on  # its copy with D-F1 read by v4
+# a full run of TARGET on the first N dev questions into OUT (every call to the LM), logged
+full_run() {  # NAME TARGET OUT LOG N
+  echo "$(date -u +%FT%TZ) $1 n=${5:?N} start" >> "$R/progress.log"
+  nice ambiqa evaluate "$2" --data "asqa:dev:$5" --index wiki-dense \
+    --metrics str-em,rouge-l,d-f1,dr --threads 2 --out "$3" --resume --retry-errors >> "$4" 2>&1
+  echo "$(date -u +%FT%TZ) $1 n=$5 done" >> "$R/progress.log"
+}
 case "${1:?ARM or report}" in
   writer-gold1) plan=writer=gold:1 ;;
   writer-none) plan=writer=none ;;
@@ -31,19 +38,11 @@ case "${1:?ARM or report}" in
     UP=benchmarks/results/compile-v5/runs/diva-clarify-gold-guarded ;;
   toc-zeroshot)  # zero-shot ToC on the first N dev questions, as compile-v5/dev.sh ran it
     Z=benchmarks/results/compile-v5
-    echo "$(date -u +%FT%TZ) toc-zeroshot n=${2:?N} start" >> "$R/progress.log"
-    nice ambiqa evaluate toc --data "asqa:dev:$2" --index wiki-dense \
-      --metrics str-em,rouge-l,d-f1,dr --threads 2 --out "$Z/runs/toc-zeroshot" --resume \
-      --retry-errors >> "$Z/eval-toc-zeroshot.log" 2>&1
-    echo "$(date -u +%FT%TZ) toc-zeroshot n=$2 done" >> "$R/progress.log"
+    full_run toc-zeroshot toc "$Z/runs/toc-zeroshot" "$Z/eval-toc-zeroshot.log" "${2:-}"
     exit 0 ;;
   toc-dr)  # the ToC compile's shipped program (clarify=gold:1 + writer=gold:1), a full run:
     # no stored upstream has its clarify demo, so every call goes to the LM (~90 s a question)
-    echo "$(date -u +%FT%TZ) toc-dr n=${2:?N} start" >> "$R/progress.log"
-    nice ambiqa evaluate "$R/toc-dr.json" --data "asqa:dev:$2" --index wiki-dense \
-      --metrics str-em,rouge-l,d-f1,dr --threads 2 --out "$R/runs/toc-dr" --resume \
-      --retry-errors >> "$R/eval-toc-dr.log" 2>&1
-    echo "$(date -u +%FT%TZ) toc-dr n=$2 done" >> "$R/progress.log"
+    full_run toc-dr "$R/toc-dr.json" "$R/runs/toc-dr" "$R/eval-toc-dr.log" "${2:-}"
     exit 0 ;;
   toc-writer-gold1|toc-writer-none) PROGRAM=toc
     if [ "$1" = toc-writer-gold1 ]; then plan=writer=gold:1; else plan=writer=none; fi
