@@ -581,24 +581,28 @@ def questions_per_hour(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "n": len(walls)}
 
 
+def mean_ratio(old: list[float], new: list[float]) -> dict[str, Any]:
+    """mean(new) / mean(old) over paired values (one per question), with its 95% paired BCa
+    interval; NaN when ``old`` is empty or sums to 0."""
+    import numpy as np
+
+    if not old or not sum(old):
+        return {"ratio": math.nan, "ci95": [math.nan, math.nan], "n": len(old)}
+
+    def ratio(a: Any, b: Any, axis: int = -1) -> Any:
+        return np.mean(b, axis=axis) / np.mean(a, axis=axis)
+
+    lo, hi = _interval([old, new], ratio)
+    return {"ratio": sum(new) / sum(old), "ci95": [lo, hi], "n": len(old)}
+
+
 def qph_ratio(base_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Base's questions per hour over ``rows``' on the questions both hold: their mean
     seconds per question, ``rows`` over base, with a paired interval."""
-    import numpy as np
-
     mine = {str(r["id"]): _wall(r) for r in rows}
-    shared = sorted(str(r["id"]) for r in base_rows if str(r["id"]) in mine)
     base = {str(r["id"]): _wall(r) for r in base_rows}
-    a = [mine[i] for i in shared]
-    b = [base[i] for i in shared]
-    if not shared or not sum(b):
-        return {"ratio": math.nan, "ci95": [math.nan, math.nan], "n": len(shared)}
-
-    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
-        return np.mean(x, axis=axis) / np.mean(y, axis=axis)
-
-    lo, hi = _interval([a, b], ratio)
-    return {"ratio": sum(a) / sum(b), "ci95": [lo, hi], "n": len(shared)}
+    shared = sorted(i for i in base if i in mine)
+    return mean_ratio([base[i] for i in shared], [mine[i] for i in shared])
 
 
 def token_means(rows: list[dict[str, Any]]) -> dict[str, float]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.fsutil import atomic_write_text
-from benchmarks.peers import _interval, _wall, token_means
+from benchmarks.peers import _wall, mean_ratio, token_means
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -42,20 +42,6 @@ def lm_seconds(row: dict[str, Any]) -> float:
     return float((row.get("cost") or {}).get("lm_latency_s") or 0.0)
 
 
-def paired_ratio(old: list[float], new: list[float]) -> dict[str, Any]:
-    """mean(new) / mean(old) over paired questions, with its 95% BCa interval."""
-    import numpy as np
-
-    if not old or not sum(old):
-        return {"ratio": float("nan"), "ci95": [float("nan")] * 2, "n": len(old)}
-
-    def ratio(a: Any, b: Any, axis: int = -1) -> Any:
-        return np.mean(b, axis=axis) / np.mean(a, axis=axis)
-
-    lo, hi = _interval([old, new], ratio)
-    return {"ratio": sum(new) / sum(old), "ci95": [lo, hi], "n": len(old)}
-
-
 def compare(old_dir: Path, new_dir: Path, rows: tuple[int, int] | None = None
             ) -> dict[str, Any]:
     """Seconds and tokens per question of ``new_dir`` against ``old_dir`` on shared questions."""
@@ -71,7 +57,7 @@ def compare(old_dir: Path, new_dir: Path, rows: tuple[int, int] | None = None
     out: dict[str, Any] = {"n": len(shared), "rows": list(rows) if rows else None}
     for name, fn in (("wall_s", _wall), ("lm_s", lm_seconds)):
         a, b = [fn(r) for r in shared], [fn(r) for r in paired_new]
-        out[name] = {"old": sum(a) / len(a), "new": sum(b) / len(b), **paired_ratio(a, b)}
+        out[name] = {"old": sum(a) / len(a), "new": sum(b) / len(b), **mean_ratio(a, b)}
     out["tokens"] = {"old": token_means(shared), "new": token_means(paired_new)}
     return out
 
