@@ -38,10 +38,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 OUT = RESULTS / "signature-budget" / "signature_budget"
 COMMAND = "python -m benchmarks.signature_budget"
 #: zero-shot runs of the three ambiguity programs (and vanilla_rag, which shares the writer),
-#: the oldest first; compile-v4 holds today's code
+#: the oldest first; compile-v4 holds today's Diva, compile-v5 / compile-dr today's ToC (zero-shot
+#: and DR-compiled, full runs at n = 60)
 DEFAULT_RUNS = ("evidence/asqa/diva", "evidence/asqa/vanilla_rag", "evidence/asqa/toc",
                 "evidence/asqa/verdict", "compile-v3/runs/diva-bootstrap-dr-signal",
-                "compile-v4/runs/diva-zeroshot", "compile-v4/runs/diva-signal-inner-writer0")
+                "compile-v4/runs/diva-zeroshot", "compile-v4/runs/diva-signal-inner-writer0",
+                "compile-v5/runs/toc-zeroshot", "compile-dr/runs/toc-dr")
 PARSE_TARGET = 0.95
 TRUNCATION_TARGET = 0.02
 
