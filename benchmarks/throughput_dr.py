@@ -35,6 +35,9 @@ METRICS = ("str-em", "rouge-l", "d-f1", "dr")
 #: answer length within this share of the old side's
 LOWER_BOUND = -0.04
 LENGTH_SHARE = 0.20
+#: the questions the issue asks for before "the same answers" can be met (Diva 60, ToC and
+#: VerDICt 30); fewer is undecided whatever the interval says
+MIN_N = {"diva": 60, "toc": 30, "verdict": 30}
 
 
 def read_question_rows(run_dir: Path, since: str | None = None) -> list[dict[str, Any]]:
@@ -98,13 +101,18 @@ def compare(by_side: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, A
     return result
 
 
-def same_answers(entry: dict[str, Any], metric: str) -> str:
-    """The issue's reading of one paired difference: met when the lower end is above the
-    bound, missed when the whole interval is below it, undecided otherwise."""
+def same_answers(entry: dict[str, Any], metric: str, program: str = "") -> str:
+    """The issue's reading of one paired difference: missed when the whole interval is below
+    the bound, met when its lower end is above it and n reaches the program's
+    :data:`MIN_N`, undecided otherwise (a bootstrap over a handful of questions can show a
+    zero-width interval that decides nothing)."""
     lo, hi = entry[metric]["ci95"]
-    if lo > LOWER_BOUND:
+    n, needed = entry["n"], MIN_N.get(program, 30)
+    if hi < LOWER_BOUND:
+        return "missed"
+    if lo > LOWER_BOUND and n >= needed:
         return "met"
-    return "missed" if hi < LOWER_BOUND else f"undecided at n = {entry['n']}"
+    return f"undecided at n = {n}" + (f" (asks n >= {needed})" if n < needed else "")
 
 
 def render(result: dict[str, Any], command: str) -> str:
@@ -123,7 +131,8 @@ def render(result: dict[str, Any], command: str) -> str:
         w = e["median_words"]
         within = abs(e["length_change"]) <= LENGTH_SHARE
         lines.append(f"| {program} | {e['n']} | " + " | ".join(cells)
-                     + f" | {same_answers(e, 'dr')} | {same_answers(e, 'str-em')} | "
+                     + f" | {same_answers(e, 'dr', program)} | "
+                     f"{same_answers(e, 'str-em', program)} | "
                      f"{w['old']:g} / {w['new']:g} ({e['length_change']:+.0%}, "
                      f"{'within' if within else 'outside'} {LENGTH_SHARE:.0%}) |")
     return "\n".join(lines) + "\n"

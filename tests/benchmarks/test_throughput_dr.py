@@ -55,16 +55,21 @@ def test_pairs_sides_on_shared_questions_and_reads_d_f1(tmp_path):
     assert got["d-f1"]["new"] == pytest.approx(0.0)
     assert got["d-f1"]["diff"] == pytest.approx(-1.0)
     assert got["median_words"] == {"old": 4, "new": 4}
-    assert throughput_dr.same_answers(got, "d-f1") == "missed"
-    assert throughput_dr.same_answers(got, "rouge-l") == "missed"
+    assert throughput_dr.same_answers(got, "d-f1", "toc") == "missed"  # missed at any n
+    assert throughput_dr.same_answers(got, "rouge-l", "toc") == "missed"
     text = throughput_dr.render({"toc": got}, "python -m benchmarks.throughput_dr RUN")
     assert "| toc | 6 |" in text and "+0%, within 20%" in text
 
 
-def test_undecided_and_met_are_read_from_the_interval():
-    entry = {"n": 16, "dr": {"ci95": [-0.08, 0.05]}, "str-em": {"ci95": [-0.03, 0.10]}}
-    assert throughput_dr.same_answers(entry, "dr") == "undecided at n = 16"
-    assert throughput_dr.same_answers(entry, "str-em") == "met"
+def test_undecided_and_met_are_read_from_the_interval_and_the_issue_n():
+    entry = {"n": 30, "dr": {"ci95": [-0.08, 0.05]}, "str-em": {"ci95": [-0.03, 0.10]}}
+    assert throughput_dr.same_answers(entry, "dr", "toc") == "undecided at n = 30"
+    assert throughput_dr.same_answers(entry, "str-em", "toc") == "met"
+    # Diva asks n >= 60; a zero-width interval over 6 questions decides nothing either
+    assert throughput_dr.same_answers(entry, "str-em", "diva") == \
+        "undecided at n = 30 (asks n >= 60)"
+    few = {"n": 6, "str-em": {"ci95": [0.0, 0.0]}}
+    assert throughput_dr.same_answers(few, "str-em", "verdict").startswith("undecided at n = 6")
 
 
 def test_unknown_question_or_missing_rows_is_a_clear_error(tmp_path):
