@@ -20,7 +20,6 @@ Writes ``dr.md`` and ``dr.json`` beside the run's ``rows.jsonl`` (temp file + re
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 from ambiqa.errors import ConfigError
 from ambiqa.fsutil import atomic_write_json, atomic_write_text
-from benchmarks.throughput import blocks_since
+from benchmarks.throughput import blocks_since, load_rows
 
 METRICS = ("str-em", "rouge-l", "d-f1", "dr")
 #: the issue's bounds: paired lower end above this for "the same answers", and the median
@@ -44,8 +43,7 @@ def read_question_rows(run_dir: Path, since: str | None = None) -> list[dict[str
     path = Path(run_dir) / "rows.jsonl"
     if not path.is_file():
         raise ConfigError(f"{path}: no rows.jsonl", hint="name a benchmarks.throughput --out")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    rows = load_rows(path)  # throughput's own reader: a torn last line is skipped, as there
     if since:
         rows = blocks_since(rows, since)
     return [r for r in rows if r.get("kind") == "question"]
